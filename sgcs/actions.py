@@ -1,0 +1,84 @@
+"""What the sans-I/O node asks its driver to do.
+
+Every input method of ``sgcs.node.Node`` returns a list of these values. They
+are frozen, slotted dataclasses: plain data that a driver routes, never objects
+with behaviour. ``Address`` is opaque to the protocol: the simulator uses node
+ids, the trio driver ``(host, port)`` tuples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Union
+
+from .wire import MsgType
+
+Address = Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send one datagram to one address (unreliable)."""
+
+    dst: Address
+    data: bytes
+    msg_type: MsgType
+
+
+@dataclass(frozen=True, slots=True)
+class Multicast:
+    """Send one datagram by unreliable IP multicast.
+
+    ``group`` names the group whose members should get it (the simulator fans
+    out to them); None means every node listening on the multicast address.
+    """
+
+    data: bytes
+    msg_type: MsgType
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Hand one application message to the application, in delivery order."""
+
+    group: str
+    sender: int
+    seq: int
+    payload: bytes
+    view_id: str
+    dest: int | None = None
+    """This node's id for a unicast; None for a multicast."""
+
+
+@dataclass(frozen=True, slots=True)
+class ViewInstalled:
+    """A new view of ``group`` is installed; ``members`` is sorted."""
+
+    group: str
+    view_id: str
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One row of the trace (shared/DESIGN.md, trace schema 1).
+
+    The driver adds ``t`` and ``node``. Fields that do not apply stay None.
+    """
+
+    kind: str
+    group: str | None = None
+    sender: int | None = None
+    seq: int | None = None
+    order: str | None = None
+    view_id: str | None = None
+    members: tuple[int, ...] | None = None
+    optimistic: bool | None = None
+    target: int | None = None
+    size: int | None = None
+    dest: int | None = None
+    reason: str | None = None
+
+
+Action = Union[Send, Multicast, Deliver, ViewInstalled, TraceEvent]

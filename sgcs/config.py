@@ -1,0 +1,159 @@
+"""Node configuration: every field has a unit, a default and an allowed range.
+
+A ``Config`` is immutable. Invalid values raise ``UsageError`` naming the field
+and its allowed range, so that a typo in a TOML file or a keyword argument is
+reported in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import ipaddress
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+
+class Order(str, enum.Enum):
+    """Delivery order of a group, chosen at join time."""
+
+    FIFO = "fifo"
+    CAUSAL = "causal"
+    TOTAL = "total"
+    SAFE = "safe"
+
+    @classmethod
+    def parse(cls, value: "Order | str") -> "Order":
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(o.value for o in cls)
+            raise UsageError(f"order {value!r} is not one of: {allowed}") from None
+
+
+MAX_UDP_PAYLOAD = 65_507
+MIN_DATAGRAM = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything a node needs; units are in the field names or comments.
+
+    The protocol fields (``gossip_interval``...) are shared by the real driver
+    and the simulator; the network fields only matter to the trio driver.
+    """
+
+    name: str = "node"
+    """Human-readable name of this node, used in logs and the demo."""
+    secret: bytes = b""
+    """Group secret; datagrams are authenticated with a key derived from it.
+    At least 8 bytes."""
+    node_id: int | None = None
+    """This node's member id (0 <= id < 2**63). None: drawn at random on open."""
+
+    # -- network (trio driver only) --
+    bind_host: str = "127.0.0.1"
+    """Interface address for the unicast socket and multicast membership."""
+    port: int = 0
+    """Unicast UDP port; 0 picks a free one."""
+    multicast_group: str = "239.255.71.17"
+    """IPv4 multicast address shared by all nodes of a deployment."""
+    multicast_port: int = 47017
+    multicast_ttl: int = 1
+    """Hops a multicast datagram may cross; 1 keeps it on the local link."""
+    multicast_loop: bool = True
+    """Deliver our multicasts to other processes on this host (needed on loopback)."""
+    use_multicast: bool = True
+    """False: emulate multicast by unicasting to ``peers`` (networks without it)."""
+    peers: tuple[str, ...] = ()
+    """``host:port`` of other nodes, for networks without IP multicast."""
+    max_datagram: int = 1_400
+    """Datagram budget in bytes (header, body and MAC); up to 65,507 on loopback."""
+    app_queue: int = 1_024
+    """Events buffered per group for the application before the receive loop waits."""
+
+    # -- protocol (both drivers) --
+    beacon_interval: float = 1.0
+    """Seconds between discovery beacons while a group's members are not given."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @classmethod
+    def from_toml(cls, path: str | Path, **overrides: Any) -> "Config":
+        """Load fields from a TOML file; keyword arguments override it."""
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise UsageError(f"cannot read config {path}: {exc}") from None
+        return cls.from_mapping({**data, **overrides})
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> "Config":
+        """Build a Config from plain values (TOML or CLI), with type coercion."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                raise UsageError(f"unknown config field {key!r}; known: {', '.join(sorted(known))}")
+            kwargs[key] = _coerce(key, value, cls.__annotations__[key])
+        return cls(**kwargs)
+
+
+def _coerce(key: str, value: Any, annotation: str) -> Any:
+    """Turn TOML-friendly values into the field's type, or explain the mismatch."""
+    if annotation == "bytes" and isinstance(value, str):
+        return value.encode()
+    if annotation.startswith("tuple") and isinstance(value, list):
+        return tuple(value)
+    if annotation == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+# (field, type, minimum, maximum); None means unbounded on that side.
+_RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], ...] = (
+    ("port", int, 0, 65_535),
+    ("multicast_port", int, 1, 65_535),
+    ("multicast_ttl", int, 0, 255),
+    ("max_datagram", int, MIN_DATAGRAM, MAX_UDP_PAYLOAD),
+    ("app_queue", int, 1, 1_000_000),
+    ("beacon_interval", (int, float), 0.01, 3_600.0),
+)
+
+
+def _validate(config: Config) -> None:
+    for name, kind, low, high in _RANGES:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise UsageError(f"Config.{name} must be a number in [{low}, {high}], got {value!r}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise UsageError(f"Config.{name} must be in [{low}, {high}], got {value!r}")
+    if not isinstance(config.secret, bytes) or len(config.secret) < 8:
+        raise UsageError("Config.secret must be at least 8 bytes, shared by every member of the group")
+    if config.node_id is not None and not (
+        isinstance(config.node_id, int) and 0 <= config.node_id < 2**63
+    ):
+        raise UsageError(f"Config.node_id must be an int in [0, 2**63), got {config.node_id!r}")
+    if not isinstance(config.name, str) or not config.name:
+        raise UsageError("Config.name must be a non-empty string")
+    _validate_addresses(config)
+
+
+def _validate_addresses(config: Config) -> None:
+    try:
+        group = ipaddress.IPv4Address(config.multicast_group)
+        ipaddress.IPv4Address(config.bind_host)
+    except (ipaddress.AddressValueError, ValueError) as exc:
+        raise UsageError(f"Config address is not an IPv4 address: {exc}") from None
+    if not group.is_multicast:
+        raise UsageError(f"Config.multicast_group must be in 224.0.0.0/4, got {config.multicast_group}")
+    for peer in config.peers:
+        host, _, port = str(peer).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65_536:
+            raise UsageError(f"Config.peers entries must be 'host:port', got {peer!r}")
+
