@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One-time, idempotent set-up on a fresh Debian machine with Python >= 3.11:
+# a Java runtime for Spark (when `java` is missing), a virtual environment in
+# .venv, and sgcs with every extra. Sourced by main.sh and test.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PYTHON=${PYTHON:-python3}
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_install() {
+    echo "setup: installing $* with apt" >&2
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || { echo "setup: Python >= 3.11 is required, found $("$PYTHON" --version 2>&1)" >&2; exit 1; }
+command -v java >/dev/null 2>&1 || apt_install default-jre-headless
+"$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.sgcs-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e '.[analysis,dev]'
+    touch "$stamp"
+fi

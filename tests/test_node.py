@@ -1,0 +1,213 @@
+"""The sans-I/O node: commands, garbage handling, and a stateful property test
+that drives several nodes through loss, duplication, reordering and crashes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from sgcs.actions import Deliver, Multicast, Send, TraceEvent, ViewInstalled
+from sgcs.config import Config
+from sgcs.errors import UsageError
+from sgcs.node import Node
+from sgcs.wire import DataMsg, Flag, MsgType, derive_key, encode_data, group_tag, seal
+
+CONFIG = Config(secret=b"node-test-secret")
+
+
+def make_node(node_id: int) -> Node:
+    return Node(node_id, CONFIG, random.Random(node_id), resolve=lambda n: n, trace=True)
+
+
+def of(kind: type, actions: list) -> list:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def test_multicast_reaches_member_and_self() -> None:
+    a, b = make_node(1), make_node(2)
+    a.join("g", 0.0, members=[1, 2])
+    b.join("g", 0.0, members=[1, 2])
+    out = a.multicast("g", b"hello", 1.0)
+    assert [d.payload for d in of(Deliver, out)] == [b"hello"]  # the sender delivers its own message
+    (datagram,) = of(Multicast, out)
+    got = of(Deliver, b.handle_datagram(1, datagram.data, 1.1))
+    assert [(d.sender, d.seq, d.payload) for d in got] == [(1, 1, b"hello")]
+
+
+def test_duplicate_and_late_datagrams_are_not_delivered_twice() -> None:
+    a, b = make_node(1), make_node(2)
+    for n in (a, b):
+        n.join("g", 0.0, members=[1, 2])
+    first, second = (of(Multicast, a.multicast("g", p, 0.0))[0].data for p in (b"1", b"2"))
+    assert of(Deliver, b.handle_datagram(1, second, 0.1))
+    assert not of(Deliver, b.handle_datagram(1, first, 0.2))  # late: would break FIFO
+    assert not of(Deliver, b.handle_datagram(1, second, 0.3))  # duplicate
+    assert b.statistics().refused_out_of_order == 2
+
+
+def test_unicast_goes_to_the_member_only() -> None:
+    a, b = make_node(1), make_node(2)
+    for n in (a, b):
+        n.join("g", 0.0, members=[1, 2])
+    (send,) = of(Send, a.unicast("g", 2, b"psst", 0.0))
+    assert send.dst == 2
+    (delivery,) = of(Deliver, b.handle_datagram(1, send.data, 0.1))
+    assert (delivery.payload, delivery.dest) == (b"psst", 2)
+    c = make_node(3)
+    c.join("g", 0.0, members=[1, 2, 3])
+    assert c.handle_datagram(1, send.data, 0.1) == [TraceEvent("drop", reason="misaddressed")]
+
+
+def test_discovery_hello_grows_views_and_leave_shrinks_them() -> None:
+    a, b = make_node(1), make_node(2)
+    a.join("g", 0.0)
+    hello = of(Multicast, b.join("g", 0.0))[0]
+    out = a.handle_datagram(2, hello.data, 0.1)
+    assert of(ViewInstalled, out)[0].members == (1, 2)
+    (reply,) = of(Send, out)
+    assert of(ViewInstalled, b.handle_datagram(1, reply.data, 0.2))[0].members == (1, 2)
+    assert b.next_deadline() == pytest.approx(CONFIG.beacon_interval)
+    leave = of(Multicast, b.leave("g", 1.0))[0]
+    assert of(ViewInstalled, a.handle_datagram(2, leave.data, 1.1))[0].members == (1,)
+
+
+GARBAGE = [
+    pytest.param(lambda good: bytes(random.Random(5).getrandbits(8) for _ in range(80)), "magic", id="random-bytes"),
+    pytest.param(lambda good: good[:-1] + bytes([good[-1] ^ 0xFF]), "mac", id="bad-mac"),
+    pytest.param(lambda good: good[:10], "short", id="truncated"),
+    pytest.param(
+        lambda good: seal(derive_key(CONFIG.secret), MsgType.DATA, Flag.NONE, 1,
+                          encode_data(DataMsg(group_tag("g"), 1, None, b"abc"))[:-1]),
+        "length", id="wrong-length",
+    ),
+]
+
+
+@pytest.mark.parametrize("mangle, reason", GARBAGE)
+def test_garbage_is_dropped_counted_and_traced(mangle, reason: str) -> None:
+    a, b = make_node(1), make_node(2)
+    for n in (a, b):
+        n.join("g", 0.0, members=[1, 2])
+    good = of(Multicast, a.multicast("g", b"x", 0.0))[0].data
+    assert b.handle_datagram(1, mangle(good), 0.1) == [TraceEvent("drop", reason=reason)]
+    stats = b.statistics()
+    assert (stats.dropped, stats.drop_reasons, stats.messages_delivered) == (1, {reason: 1}, 0)
+    assert of(Deliver, b.handle_datagram(1, good, 0.2)), "the node keeps working after garbage"
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda n: n.multicast("nope", b"x", 0.0), "join it first"),
+        (lambda n: n.join("g", 0.0), "already a member"),
+        (lambda n: n.join("", 0.0), "group name"),
+        (lambda n: n.multicast("g", "text", 0.0), "must be bytes"),
+        (lambda n: n.multicast("g", b"x" * 5_000, 0.0), "exceeds"),
+        (lambda n: n.unicast("g", 99, b"x", 0.0), "not a member"),
+        (lambda n: n.join("h", 0.0, order="sorted"), "not one of"),
+    ],
+)
+def test_misuse_raises_usage_error(call, message: str) -> None:
+    node = make_node(1)
+    node.join("g", 0.0, members=[1, 2])
+    with pytest.raises(UsageError, match=message):
+        call(node)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("secret", b"short"), ("port", 70_000), ("max_datagram", 100), ("multicast_group", "10.0.0.1"),
+     ("beacon_interval", 0.0), ("peers", ("nohost",)), ("node_id", -1)],
+)
+def test_bad_config_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(UsageError, match=field):
+        Config(**{"secret": b"long-enough-secret", field: value})
+
+
+def test_config_from_mapping_rejects_unknown_fields() -> None:
+    with pytest.raises(UsageError, match="unknown config field 'gossip_intervall'"):
+        Config.from_mapping({"secret": "abcdefgh", "gossip_intervall": 0.1})
+
+
+class AdversarialNetwork(RuleBasedStateMachine):
+    """3 to 5 nodes in one group; the test is the network and may deliver, drop,
+    duplicate or reorder any datagram in flight, crash a node, or advance time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.nodes: dict[int, Node] = {}
+        self.in_flight: list[tuple[int, int, bytes]] = []  # (src, dst, data)
+        self.delivered: dict[int, list[tuple[int, int]]] = {}
+
+    @precondition(lambda self: not self.nodes)
+    @rule(count=st.integers(3, 5))
+    def start(self, count: int) -> None:
+        ids = list(range(1, count + 1))
+        for i in ids:
+            self.nodes[i] = make_node(i)
+            self.delivered[i] = []
+            self._route(i, self.nodes[i].join("g", self.now, members=ids))
+
+    @precondition(lambda self: self.nodes)
+    @rule(data=st.data(), payload=st.binary(max_size=32))
+    def send(self, data: st.DataObject, payload: bytes) -> None:
+        sender = data.draw(st.sampled_from(sorted(self.nodes)))
+        self._route(sender, self.nodes[sender].multicast("g", payload, self.now))
+
+    @precondition(lambda self: self.in_flight)
+    @rule(data=st.data(), keep_copy=st.booleans())
+    def deliver_one(self, data: st.DataObject, keep_copy: bool) -> None:
+        index = data.draw(st.integers(0, len(self.in_flight) - 1))  # any order: reordering
+        src, dst, datagram = self.in_flight[index] if keep_copy else self.in_flight.pop(index)
+        if dst in self.nodes:
+            self._route(dst, self.nodes[dst].handle_datagram(src, datagram, self.now))
+
+    @precondition(lambda self: self.in_flight)
+    @rule(data=st.data())
+    def lose_one(self, data: st.DataObject) -> None:
+        self.in_flight.pop(data.draw(st.integers(0, len(self.in_flight) - 1)))
+
+    @precondition(lambda self: len(self.nodes) > 1)
+    @rule(data=st.data())
+    def crash(self, data: st.DataObject) -> None:
+        del self.nodes[data.draw(st.sampled_from(sorted(self.nodes)))]
+
+    @rule(step=st.floats(0.0, 2.0))
+    def advance(self, step: float) -> None:
+        self.now += step
+        for i, node in sorted(self.nodes.items()):
+            deadline = node.next_deadline()
+            if deadline is not None and deadline <= self.now:
+                self._route(i, node.handle_timeout(self.now))
+
+    def _route(self, node_id: int, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, Multicast):
+                self.in_flight += [(node_id, dst, action.data) for dst in sorted(self.nodes) if dst != node_id]
+            elif isinstance(action, Send):
+                self.in_flight.append((node_id, action.dst, action.data))
+            elif isinstance(action, Deliver):
+                self.delivered[node_id].append((action.sender, action.seq))
+
+    @invariant()
+    def no_duplicates_and_fifo(self) -> None:
+        for node_id, log in self.delivered.items():
+            assert len(log) == len(set(log)), f"node {node_id} delivered twice: {log}"  # invariant 1
+            last: dict[int, int] = {}
+            for sender, seq in log:  # invariant 2
+                assert seq > last.get(sender, 0), f"node {node_id}: {sender}#{seq} after #{last[sender]}"
+                last[sender] = seq
+
+    @invariant()
+    def nothing_is_dropped_as_garbage(self) -> None:
+        for node in self.nodes.values():
+            assert node.statistics().dropped == 0
+
+
+AdversarialNetwork.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+test_adversarial_network = AdversarialNetwork.TestCase
