@@ -1,0 +1,95 @@
+"""Values exchanged between the reliable transport and the node.
+
+A ``Record`` is the unit of reliability: one fragment of one application
+message, numbered in its sender's stream. It carries the ACKs its sender
+piggybacked when it was sent, so a retransmitted record still tells the
+receiver what its sender had received (the ACK graph: SGCS paper, section 3.2).
+
+The transport returns ``Out*`` values; the node turns them into datagrams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Ack = tuple[int, int]
+"""(sender, highest contiguous sequence number received from that sender)."""
+Range = tuple[int, int]
+"""Inclusive range of sequence numbers."""
+
+MORE_FRAGMENTS = 1
+"""Record flag: the next record of this sender continues the same message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    sender: int
+    seq: int
+    acks: tuple[Ack, ...]
+    flags: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A whole application message, reassembled, in its sender's FIFO order.
+
+    ``seq`` is the sequence number of its first record, which identifies it
+    (with group and sender) in traces; ``acks`` are those of its first record.
+    """
+
+    sender: int
+    seq: int
+    acks: tuple[Ack, ...]
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecords:
+    """Records to send: ``dst`` None multicasts them to the group.
+
+    ``kind`` is ``"data"`` (first transmission), ``"retransmit"`` (answer to a
+    NACK) or ``"gossip"`` (pushed or pulled after a digest).
+    """
+
+    dst: int | None
+    records: tuple[Record, ...]
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutNack:
+    """Ask ``dst`` for the records of ``sender`` in ``ranges``; ``pull`` marks a
+    request made because a gossip digest showed ``dst`` has them."""
+
+    dst: int
+    sender: int
+    ranges: tuple[Range, ...]
+    pull: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OutDigest:
+    """Tell partner ``dst`` how far we have received each listed sender."""
+
+    dst: int
+    entries: tuple[Ack, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OutNull:
+    """An idle member's ACKs, multicast so that messages become stable."""
+
+    acks: tuple[Ack, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OutStable:
+    """Tell ``dst`` that every member has received each listed sender up to the
+    given number, so it may drop those records (a reply to a lagging digest)."""
+
+    dst: int
+    entries: tuple[Ack, ...]
+
+
+Out = OutRecords | OutNack | OutDigest | OutNull | OutStable

@@ -1,0 +1,490 @@
+"""Reliable multicast stream of one group on one member (SGCS paper, 3.1 to 3.3).
+
+Theory of operation
+-------------------
+Every application message is cut into records numbered 1, 2, 3... in its
+sender's stream and multicast once, unreliably (PSRM's first step). Three
+mechanisms then make delivery exactly-once and FIFO per sender:
+
+* **Loss detection.** A receiver learns that record (s, n) exists from a gap
+  (a higher number from s arrived), from a piggybacked ACK (a record that ACKs
+  (s, n) reveals its loss: section 3.2) or from a gossip digest.
+* **NACK recovery.** A missing range is requested from a holder: first the
+  sender, then any member known to hold it (its ACKs said so). One NACK timer
+  per sender, with a jittered first delay and exponential backoff, keeps
+  request storms down; any holder answers from its buffer.
+* **PSRM gossip.** Every ``gossip_interval`` a member sends a digest (per
+  sender: highest contiguous number) to one partner drawn from a partial view
+  of about log2(N) members, re-sampled every ``shuffle_rounds`` rounds. The
+  partner pushes what the digest lacks and pulls what it lacks itself. We use
+  a periodically re-sampled random subset rather than SCAMP: every member holds
+  the full view anyway (virtual synchrony needs it), so a decentralised
+  subscription protocol would add traffic and buy nothing.
+
+**ACKs and stability.** Each record carries the ACKs its sender gathered since
+its previous send (a delta: only streams that advanced), and an idle member
+multicasts them in a null message after ``ack_interval``. The ACK matrix
+``acked[member, sender]`` holds the highest contiguous number each member is
+known to have; a column's minimum is the stable prefix of that sender, which
+every buffer then drops. Digests carry ACKs too.
+
+**Flow control.** The window is the number of records, from all senders, held
+here and not yet stable. The send delay is ``send_delay_min`` at an empty
+window and grows as ``send_delay_scale * W / (window_max - W)``; at
+``window_max`` the application must wait, while control traffic (NACKs,
+retransmissions, digests, nulls) goes on so the window can drain. Removing a
+member from the view removes its row, so its missing ACKs stop holding the
+window.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from .records import MORE_FRAGMENTS, Ack, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Range, Record
+
+
+MISSING_SCAN = 65_536
+"""Sequence numbers examined past the contiguous prefix when listing gaps, so a
+member that ACKs an absurd number cannot make us loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransportParams:
+    """Timing and size knobs, all in seconds, records or bytes."""
+
+    gossip_interval: float = 0.1
+    nack_delay: float = 0.01
+    """First NACK after a loss is detected: long enough for reordering to fill the gap."""
+    nack_backoff_max: float = 1.0
+    ack_interval: float = 0.1
+    """An idle member multicasts its new ACKs after this long without a send."""
+    window_max: int = 4_096
+    send_delay_min: float = 0.0
+    send_delay_scale: float = 0.001
+    fragment_size: int = 1_200
+    """Payload bytes per record."""
+    max_message: int = 16 * 1024 * 1024
+    shuffle_rounds: int = 10
+    """Gossip rounds between re-samplings of the partial view."""
+    push_budget: int = 64
+    """Records answered per NACK or pushed per digest entry set."""
+    digest_max_entries: int = 64
+    nack_max_ranges: int = 16
+    nack_enabled: bool = True
+    gossip_enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStatistics:
+    records_sent: int
+    records_received: int
+    duplicates: int
+    nacks_sent: int
+    retransmissions: int
+    gossip_pushes: int
+    repaired_by_nack: int
+    repaired_by_gossip: int
+    buffered: int
+    peak_buffered: int
+    window: int
+
+
+class _Inbound:
+    """Receive state of one sender's stream."""
+
+    __slots__ = ("contig", "pending", "known_high", "nack_at", "nack_tries", "fragments")
+
+    def __init__(self) -> None:
+        self.contig = 0
+        self.pending: dict[int, Record] = {}
+        self.known_high = 0
+        self.nack_at: float | None = None
+        self.nack_tries = 0
+        self.fragments: list[Record] = []
+
+    def missing(self, limit: int) -> tuple[Range, ...]:
+        """Gaps between ``contig`` and ``known_high``, at most ``limit`` ranges."""
+        ranges: list[Range] = []
+        start = None
+        high = min(self.known_high, self.contig + MISSING_SCAN)
+        for seq in range(self.contig + 1, high + 1):
+            if seq not in self.pending:
+                start = seq if start is None else start
+            elif start is not None:
+                ranges.append((start, seq - 1))
+                start = None
+                if len(ranges) == limit:
+                    return tuple(ranges)
+        if start is not None:
+            ranges.append((start, high))
+        return tuple(ranges[:limit])
+
+
+class ReliableStream:
+    """One member's reliable multicast in one group; a pure state machine."""
+
+    def __init__(self, me: int, members: tuple[int, ...], params: TransportParams, rng: random.Random, now: float) -> None:
+        self.me = me
+        self.params = params
+        self.rng = rng
+        self._next_seq = 1
+        self._inbound: dict[int, _Inbound] = {}
+        self._store: dict[int, dict[int, Record]] = {}  # sender -> seq -> record, unstable only
+        self._stable: dict[int, int] = {}
+        self._buffered = 0
+        self._dirty: dict[int, int] = {}  # ACK delta since our last send
+        self._last_send = now
+        self._next_gossip = now + params.gossip_interval * (0.5 + rng.random())
+        self._round = 0
+        self._partial_view: list[int] = []
+        self._counts = dict.fromkeys(
+            ("sent", "received", "duplicates", "beyond_window", "nacks", "retransmissions", "pushes", "by_nack",
+             "by_gossip", "peak", "nulls"), 0
+        )
+        self._gc_due = False
+        self.members: tuple[int, ...] = ()
+        self._index: dict[int, int] = {}
+        self._acked = np.zeros((0, 0), dtype=np.int64)
+        self.set_members(members)
+
+    # ------------------------------------------------------------------ view
+
+    def set_members(self, members: tuple[int, ...]) -> None:
+        """Install a new membership; rows and columns of departed members go."""
+        old_index, old = self._index, self._acked
+        self.members = tuple(sorted(set(members) | {self.me}))
+        self._index = {m: i for i, m in enumerate(self.members)}
+        acked = np.zeros((len(self.members), len(self.members)), dtype=np.int64)
+        keep = [m for m in self.members if m in old_index]
+        if keep:
+            new_ids = [self._index[m] for m in keep]
+            old_ids = [old_index[m] for m in keep]
+            acked[np.ix_(new_ids, new_ids)] = old[np.ix_(old_ids, old_ids)]
+        self._acked = acked
+        self._partial_view = []
+        self._gc_due = True
+        for sender in [s for s in self._store if s not in self._index]:
+            self._forget_sender(sender)
+        self._collect_garbage()
+
+    # ------------------------------------------------------------------ sending
+
+    def window(self) -> int:
+        self._collect_garbage()
+        return self._buffered
+
+    def send_delay(self) -> float | None:
+        """Seconds to wait after the previous send; None: the window is full."""
+        self._collect_garbage()
+        w, cap = self._buffered, self.params.window_max
+        if w >= cap:
+            return None
+        return self.params.send_delay_min + self.params.send_delay_scale * w / (cap - w)
+
+    def send(self, payload: bytes, now: float) -> tuple[int, list[Out]]:
+        """Number, buffer and multicast one message; returns its id and outputs."""
+        size = self.params.fragment_size
+        pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
+        first = self._next_seq
+        records = []
+        for i, piece in enumerate(pieces):
+            acks = self._take_acks() if i == 0 else ()
+            flags = MORE_FRAGMENTS if i < len(pieces) - 1 else 0
+            records.append(Record(self.me, self._next_seq, acks, flags, bytes(piece)))
+            self._next_seq += 1
+        for record in records:
+            self._buffer(record)
+        self._set_ack(self.me, self.me, self._next_seq - 1)
+        self._counts["sent"] += len(records)
+        self._last_send = now
+        return first, [OutRecords(None, tuple(records), "data")]
+
+    def _take_acks(self) -> tuple[Ack, ...]:
+        acks = tuple(sorted(self._dirty.items()))
+        self._dirty.clear()
+        return acks
+
+    # ------------------------------------------------------------------ receiving
+
+    def on_records(self, src: int, records: tuple[Record, ...], kind: str, now: float) -> list[Message]:
+        """Accept records from ``src``; return messages now deliverable in FIFO order."""
+        delivered: list[Message] = []
+        for record in records:
+            if record.sender == self.me or record.sender not in self._index:
+                continue
+            self._set_ack(record.sender, record.sender, record.seq)  # a sender holds its own records
+            self._accept(record, kind, delivered, now)
+        return delivered
+
+    def _accept(self, record: Record, kind: str, delivered: list[Message], now: float) -> None:
+        inbound = self._inbound_of(record.sender)
+        if record.seq <= inbound.contig or record.seq in inbound.pending:
+            self._counts["duplicates"] += 1
+            return
+        if record.seq > inbound.contig + self.params.window_max:
+            self._counts["beyond_window"] += 1  # bounded memory: the sender must wait for stability
+            return
+        self._counts["received"] += 1
+        if kind != "data":
+            self._counts["by_gossip" if kind == "gossip" else "by_nack"] += 1
+        inbound.known_high = max(inbound.known_high, record.seq)
+        inbound.pending[record.seq] = record
+        self._buffer(record)
+        for sender, high in record.acks:
+            self._learn_ack(record.sender, sender, high, now)
+        self._advance(record.sender, inbound, delivered, now)
+
+    def _advance(self, sender: int, inbound: _Inbound, delivered: list[Message], now: float) -> None:
+        while inbound.contig + 1 in inbound.pending:
+            inbound.contig += 1
+            record = inbound.pending.pop(inbound.contig)
+            inbound.fragments.append(record)
+            if not record.flags & MORE_FRAGMENTS:
+                delivered.append(_reassemble(inbound.fragments))
+                inbound.fragments = []
+        self._set_ack(self.me, sender, inbound.contig)
+        self._dirty[sender] = inbound.contig
+        self._reschedule_nack(inbound, now)
+
+    def on_acks(self, src: int, acks: tuple[Ack, ...], now: float) -> None:
+        """ACKs from a null message or a digest of member ``src``."""
+        if src in self._index:
+            for sender, high in acks:
+                self._learn_ack(src, sender, high, now)
+
+    def _learn_ack(self, member: int, sender: int, high: int, now: float) -> None:
+        if sender not in self._index or member not in self._index:
+            return
+        self._set_ack(member, sender, high)
+        if sender != self.me:
+            inbound = self._inbound_of(sender)
+            if high > inbound.known_high:
+                inbound.known_high = high  # the ACK reveals records we lack
+                self._reschedule_nack(inbound, now)
+
+    def _set_ack(self, member: int, sender: int, high: int) -> None:
+        i, j = self._index[member], self._index[sender]
+        if high > self._acked[i, j]:
+            self._acked[i, j] = high
+            self._gc_due = True
+
+    # ------------------------------------------------------------------ NACK recovery
+
+    def _reschedule_nack(self, inbound: _Inbound, now: float) -> None:
+        if inbound.known_high <= inbound.contig:
+            inbound.nack_at, inbound.nack_tries = None, 0
+        elif inbound.nack_at is None and self.params.nack_enabled:
+            inbound.nack_at = now + self.params.nack_delay * (0.5 + self.rng.random())
+
+    def _nack_due(self, sender: int, inbound: _Inbound, now: float) -> Out | None:
+        ranges = inbound.missing(self.params.nack_max_ranges)
+        if not ranges:
+            inbound.nack_at = None
+            return None
+        target = self._holder_for(sender, ranges[0][0], inbound.nack_tries)
+        backoff = min(self.params.nack_backoff_max, self.params.nack_delay * 2 ** (inbound.nack_tries + 1))
+        inbound.nack_tries += 1
+        inbound.nack_at = now + backoff * (0.5 + self.rng.random())
+        if target is None:
+            return None
+        self._counts["nacks"] += 1
+        return OutNack(target, sender, ranges, pull=False)
+
+    def _holder_for(self, sender: int, seq: int, tries: int) -> int | None:
+        """The sender first; then any member whose ACKs show it holds ``seq``."""
+        column = self._acked[:, self._index[sender]]
+        holders = [m for m, i in self._index.items() if column[i] >= seq and m != self.me]
+        if tries == 0 and sender in holders:
+            return sender
+        return self.rng.choice(holders) if holders else (sender if sender != self.me else None)
+
+    def on_nack(self, src: int, sender: int, ranges: tuple[Range, ...], pull: bool) -> list[Out]:
+        """Answer a NACK from our buffer, up to ``push_budget`` records."""
+        records = self._stored_in(sender, ranges, self.params.push_budget)
+        if not records:
+            return []
+        kind = "gossip" if pull else "retransmit"
+        self._counts["pushes" if pull else "retransmissions"] += len(records)
+        return [OutRecords(src, tuple(records), kind)]
+
+    def _stored_in(self, sender: int, ranges: tuple[Range, ...], budget: int) -> list[Record]:
+        stored = self._store.get(sender, {})
+        found: list[Record] = []
+        for low, high in ranges:
+            for seq in range(low, min(high, low + budget) + 1):
+                record = stored.get(seq)
+                if record is not None:
+                    found.append(record)
+                    if len(found) == budget:
+                        return found
+        return found
+
+    # ------------------------------------------------------------------ PSRM gossip
+
+    def _digest(self) -> tuple[Ack, ...]:
+        """Streams with records not yet stable, rotating under a size cap."""
+        senders = [s for s in self.members if self._contig_of(s) > self._stable.get(s, 0)]
+        cap = self.params.digest_max_entries
+        if len(senders) > cap:
+            start = (self._round * cap) % len(senders)
+            senders = (senders[start:] + senders[:start])[:cap]
+        return tuple((s, self._contig_of(s)) for s in senders)
+
+    def _contig_of(self, sender: int) -> int:
+        if sender == self.me:
+            return self._next_seq - 1
+        inbound = self._inbound.get(sender)
+        return inbound.contig if inbound else 0
+
+    def _partner(self) -> int | None:
+        others = [m for m in self.members if m != self.me]
+        if not others:
+            return None
+        if not self._partial_view or self._round % self.params.shuffle_rounds == 0:
+            size = min(len(others), math.ceil(math.log2(len(others) + 1)) + 1)
+            self._partial_view = self.rng.sample(others, size)
+        return self.rng.choice(self._partial_view)
+
+    def on_digest(self, src: int, entries: tuple[Ack, ...], now: float) -> list[Out]:
+        """Push what ``src`` lacks; pull what we lack from it."""
+        if src not in self._index:
+            return []
+        out: list[Out] = []
+        budget = self.params.push_budget
+        pushed: list[Record] = []
+        stable: list[Ack] = []
+        self._collect_garbage()
+        for sender, high in entries:
+            if sender not in self._index:
+                continue
+            self._learn_ack(src, sender, high, now)
+            if self._stable.get(sender, 0):
+                stable.append((sender, self._stable[sender]))
+            mine = self._contig_of(sender)
+            if high < mine and len(pushed) < budget:
+                pushed += self._stored_in(sender, ((high + 1, mine),), budget - len(pushed))
+            elif high > mine and sender != self.me:
+                ranges = self._inbound_of(sender).missing(self.params.nack_max_ranges)
+                out.append(OutNack(src, sender, ranges, pull=True))
+        if pushed:
+            self._counts["pushes"] += len(pushed)
+            out.append(OutRecords(src, tuple(pushed), "gossip"))
+        if stable:
+            out.append(OutStable(src, tuple(stable)))
+        return out
+
+    def on_stable(self, entries: tuple[Ack, ...]) -> None:
+        """Every member has received ``sender`` up to ``high``: raise its column.
+        Never above our own prefix, which a correct announcer cannot exceed."""
+        for sender, high in entries:
+            if sender in self._index:
+                j = self._index[sender]
+                high = min(high, self._contig_of(sender))
+                np.maximum(self._acked[:, j], high, out=self._acked[:, j])
+                self._gc_due = True
+
+    # ------------------------------------------------------------------ timers
+
+    def on_timeout(self, now: float) -> list[Out]:
+        out: list[Out] = []
+        for sender, inbound in self._inbound.items():
+            if inbound.nack_at is not None and inbound.nack_at <= now:
+                nack = self._nack_due(sender, inbound, now)
+                if nack is not None:
+                    out.append(nack)
+        if self.params.gossip_enabled and now >= self._next_gossip:
+            self._next_gossip = now + self.params.gossip_interval
+            self._round += 1
+            entries = self._digest()
+            partner = self._partner() if entries else None
+            if partner is not None:
+                out.append(OutDigest(partner, entries))
+        null_at = self._null_due()
+        if null_at is not None and now >= null_at:
+            out.append(self._null(now))
+        self._collect_garbage()
+        return out
+
+    def _null_due(self) -> float | None:
+        """New ACKs go out after ``ack_interval``; while records stay unstable,
+        a refresh every ``10 * ack_interval`` repeats them, since a lost null
+        would otherwise hold stability back until the stream moves again."""
+        if self._dirty:
+            return self._last_send + self.params.ack_interval
+        if self._buffered and len(self.members) > 1:
+            return self._last_send + 10 * self.params.ack_interval
+        return None
+
+    def _null(self, now: float) -> OutNull:
+        self._last_send = now
+        self._counts["nulls"] += 1
+        for sender, high in self._digest():
+            if sender != self.me:
+                self._dirty.setdefault(sender, high)
+        return OutNull(self._take_acks())
+
+    def next_deadline(self) -> float | None:
+        deadlines = [i.nack_at for i in self._inbound.values() if i.nack_at is not None]
+        if self.params.gossip_enabled and self._buffered:
+            deadlines.append(self._next_gossip)
+        null_at = self._null_due()
+        if null_at is not None:
+            deadlines.append(null_at)
+        return min(deadlines) if deadlines else None
+
+    # ------------------------------------------------------------------ stability
+
+    def stable(self, sender: int) -> int:
+        return self._stable.get(sender, 0)
+
+    def _collect_garbage(self) -> None:
+        if not self._gc_due:
+            return
+        self._gc_due = False
+        floors = self._acked.min(axis=0)
+        for sender, stored in self._store.items():
+            stable = int(floors[self._index[sender]])
+            previous = self._stable.get(sender, 0)
+            if stable > previous:
+                for seq in range(previous + 1, stable + 1):
+                    if stored.pop(seq, None) is not None:
+                        self._buffered -= 1
+                self._stable[sender] = stable
+
+    def _buffer(self, record: Record) -> None:
+        if record.seq > self._stable.get(record.sender, 0):
+            self._store.setdefault(record.sender, {})[record.seq] = record
+            self._buffered += 1
+            self._counts["peak"] = max(self._counts["peak"], self._buffered)
+
+    def _forget_sender(self, sender: int) -> None:
+        self._buffered -= len(self._store.pop(sender, {}))
+        self._inbound.pop(sender, None)
+        self._stable.pop(sender, None)
+        self._dirty.pop(sender, None)
+
+    def _inbound_of(self, sender: int) -> _Inbound:
+        inbound = self._inbound.get(sender)
+        if inbound is None:
+            inbound = self._inbound[sender] = _Inbound()
+        return inbound
+
+    def statistics(self) -> StreamStatistics:
+        c = self._counts
+        return StreamStatistics(
+            records_sent=c["sent"], records_received=c["received"], duplicates=c["duplicates"],
+            nacks_sent=c["nacks"], retransmissions=c["retransmissions"], gossip_pushes=c["pushes"],
+            repaired_by_nack=c["by_nack"], repaired_by_gossip=c["by_gossip"], buffered=self._buffered,
+            peak_buffered=c["peak"], window=self._buffered,
+        )
+
+
+def _reassemble(fragments: list[Record]) -> Message:
+    first = fragments[0]
+    payload = first.payload if len(fragments) == 1 else b"".join(r.payload for r in fragments)
+    return Message(first.sender, first.seq, first.acks, payload)
