@@ -25,9 +25,13 @@ import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
 from .config import MAX_UDP_PAYLOAD, Order
 from .errors import DecodeError
+
+if TYPE_CHECKING:
+    from .transport.records import Record
 
 MAGIC = b"SG"
 VERSION = 1
@@ -44,6 +48,12 @@ class MsgType(enum.IntEnum):
     DATA = 1
     HELLO = 2
     LEAVE = 3
+    RETRANSMIT = 4
+    GOSSIP = 5
+    NACK = 6
+    DIGEST = 7
+    NULL = 8
+    STABLE = 9
 
     @property
     def label(self) -> str:
@@ -183,3 +193,139 @@ def decode_leave_untrusted(body: bytes) -> LeaveMsg:
 def max_payload(max_datagram: int, unicast: bool = False) -> int:
     """Largest application payload that fits one datagram of this budget."""
     return max_datagram - OVERHEAD - (_DATA_UNICAST if unicast else _DATA).size
+
+
+# ---------------------------------------------------------------- reliable transport
+#
+# record   := sender Q | seq Q | flags B | payload_len I | ack_bytes H | acks | payload
+# acks     := count varint, then per entry: sender delta varint (sorted senders), high varint
+# records  := group_tag Q | count H | record*           (DATA, RETRANSMIT, GOSSIP)
+# ranges   := group_tag Q | sender Q | pull B | count B | (low Q, high Q)*   (NACK)
+# entries  := group_tag Q | acks                           (DIGEST, NULL, STABLE)
+
+MAX_RECORDS = 1_024
+MAX_ACKS = 8_192
+MAX_RANGES = 64
+_RECORD = struct.Struct("!QQBIH")
+_RECORDS = struct.Struct("!QH")
+_NACK = struct.Struct("!QQBB")
+_RANGE = struct.Struct("!QQ")
+_TAG = struct.Struct("!Q")
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _get_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    for i in range(pos, min(pos + 10, len(data))):
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, i + 1
+        shift += 7
+    raise DecodeError("varint", f"at {pos}")
+
+
+def encode_acks(acks: "tuple[tuple[int, int], ...]") -> bytes:
+    """Sorted (sender, high) pairs as count, then sender deltas and highs."""
+    out = bytearray()
+    _put_varint(out, len(acks))
+    previous = 0
+    for sender, high in acks:
+        _put_varint(out, sender - previous)
+        _put_varint(out, high)
+        previous = sender
+    return bytes(out)
+
+
+def decode_acks_untrusted(data: bytes, pos: int = 0) -> "tuple[tuple[tuple[int, int], ...], int]":
+    count, pos = _get_varint(data, pos)
+    if count > MAX_ACKS:
+        raise DecodeError("count", f"{count} acks")
+    acks = []
+    sender = 0
+    for _ in range(count):
+        delta, pos = _get_varint(data, pos)
+        high, pos = _get_varint(data, pos)
+        sender += delta
+        if sender >= 2**63 or high >= 2**63:
+            raise DecodeError("body", "ack out of range")
+        acks.append((sender, high))
+    return tuple(acks), pos
+
+
+def encode_records(tag: int, records: "Sequence[Record]") -> bytes:
+    parts = [_RECORDS.pack(tag, len(records))]
+    for r in records:
+        acks = encode_acks(r.acks) if r.acks else b"\x00"
+        parts.append(_RECORD.pack(r.sender, r.seq, r.flags, len(r.payload), len(acks)))
+        parts.append(acks)
+        parts.append(r.payload)
+    return b"".join(parts)
+
+
+def encoded_record_size(record: "Record") -> int:
+    return _RECORD.size + len(record.payload) + (len(encode_acks(record.acks)) if record.acks else 1)
+
+
+def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
+    from .transport.records import Record
+
+    if len(body) < _RECORDS.size:
+        raise DecodeError("length", "records header")
+    tag, count = _RECORDS.unpack_from(body)
+    if count > MAX_RECORDS:
+        raise DecodeError("count", f"{count} records")
+    pos, records = _RECORDS.size, []
+    for _ in range(count):
+        if len(body) - pos < _RECORD.size:
+            raise DecodeError("length", "record header")
+        sender, seq, flags, length, ack_len = _RECORD.unpack_from(body, pos)
+        pos += _RECORD.size
+        if sender >= 2**63 or flags > 1 or pos + ack_len + length > len(body):
+            raise DecodeError("body", "record fields")
+        acks, end = decode_acks_untrusted(body[pos : pos + ack_len])
+        if end != ack_len:
+            raise DecodeError("length", "ack list")
+        pos += ack_len
+        records.append(Record(sender, seq, acks, flags, bytes(body[pos : pos + length])))
+        pos += length
+    if pos != len(body):
+        raise DecodeError("length", "trailing bytes")
+    return tag, tuple(records)
+
+
+def encode_nack(tag: int, sender: int, ranges: "tuple[tuple[int, int], ...]", pull: bool) -> bytes:
+    head = _NACK.pack(tag, sender, int(pull), len(ranges))
+    return head + b"".join(_RANGE.pack(low, high) for low, high in ranges)
+
+
+def decode_nack_untrusted(body: bytes) -> "tuple[int, int, tuple[tuple[int, int], ...], bool]":
+    if len(body) < _NACK.size:
+        raise DecodeError("length", "nack")
+    tag, sender, pull, count = _NACK.unpack_from(body)
+    if count > MAX_RANGES or pull > 1 or len(body) != _NACK.size + count * _RANGE.size:
+        raise DecodeError("length", "nack ranges")
+    ranges = tuple(_RANGE.iter_unpack(body[_NACK.size :]))
+    if any(low > high or high - low > 2**32 for low, high in ranges):
+        raise DecodeError("body", "nack range")
+    return tag, sender, ranges, bool(pull)
+
+
+def encode_entries(tag: int, entries: "tuple[tuple[int, int], ...]") -> bytes:
+    return _TAG.pack(tag) + encode_acks(entries)
+
+
+def decode_entries_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], ...]]":
+    if len(body) < _TAG.size + 1:
+        raise DecodeError("length", "entries")
+    (tag,) = _TAG.unpack_from(body)
+    entries, end = decode_acks_untrusted(body, _TAG.size)
+    if end != len(body):
+        raise DecodeError("length", "trailing bytes")
+    return tag, entries
