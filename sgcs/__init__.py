@@ -6,9 +6,40 @@ are told of every membership change as a new view. See README.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .config import Config, Order
 from .errors import DecodeError, SgcsError, UsageError
 
+if TYPE_CHECKING:
+    from .api import Delivery, Event, GroupHandle, NodeHandle, View, ViewChange, open_node
+
 __version__ = "0.1.0"
 
-__all__ = ["Config", "DecodeError", "Order", "SgcsError", "UsageError", "__version__"]
+__all__ = [
+    "Config",
+    "DecodeError",
+    "Delivery",
+    "Event",
+    "GroupHandle",
+    "NodeHandle",
+    "Order",
+    "SgcsError",
+    "UsageError",
+    "View",
+    "ViewChange",
+    "__version__",
+    "open_node",
+]
+
+# The trio API loads on first use, so the simulator and the protocol modules
+# can be imported without importing trio.
+_API_NAMES = frozenset({"Delivery", "Event", "GroupHandle", "NodeHandle", "View", "ViewChange", "open_node"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API_NAMES:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'sgcs' has no attribute {name!r}")

@@ -1,0 +1,248 @@
+"""The public trio API: open a node, join groups, send, and read events.
+
+Theory of operation
+-------------------
+``open_node`` runs a ``sgcs.io.TrioDriver`` for the duration of an ``async
+with`` block and hands out a ``NodeHandle``. ``NodeHandle.join`` is itself an
+async context manager: entering it joins the group, leaving it leaves the group
+gracefully (the LEAVE datagram goes out even when the block is cancelled).
+Blocks nest in that order, so every group is left before its node closes::
+
+    config = sgcs.Config(name="alice", secret=b"...")
+    async with sgcs.open_node(config) as node:
+        async with node.join("chat", order=sgcs.Order.TOTAL) as group:
+            await group.send(b"hello")              # multicast, delivered to self too
+            await group.send(b"psst", to=member_id) # unicast inside the group
+            async for event in group:               # sgcs.Delivery | sgcs.ViewChange
+                ...
+
+A group's events come in the node's delivery order through a bounded queue of
+``Config.app_queue`` events. While it is full the node stops reading the
+network and ``send`` waits (backpressure), so a program that sends much
+without reading should read in another task.
+
+The handles are thin: every command goes through the driver to the sans-I/O
+node, whose ``UsageError`` (unknown member, payload too big, not bytes, group
+already left) reaches the caller unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Union
+
+import trio
+
+from .actions import Deliver, ViewInstalled
+from .config import Config, Order
+from .errors import UsageError
+from .io.trio_driver import AppEvent, DriverStatistics, TrioDriver, open_driver
+from .node import NodeStatistics
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """One membership of a group, as this node has installed it."""
+
+    view_id: str
+    """Names the membership; nodes that hold the same membership name it alike."""
+    members: tuple[int, ...]
+    """Member ids, sorted."""
+
+    def __contains__(self, member: object) -> bool:
+        return member in self.members
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One application message, handed over in the group's delivery order."""
+
+    sender: int
+    """Member id of the original sender (this node's own id for its own messages)."""
+    seq: int
+    """The sender's sequence number; ``(group, sender, seq)`` names the message."""
+    payload: bytes
+    view_id: str
+    """The view in which the message was delivered."""
+    group: str
+    dest: int | None = None
+    """This node's id when the message was a unicast to it; None for a multicast."""
+
+    @property
+    def unicast(self) -> bool:
+        return self.dest is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewChange:
+    """A new view of the group was installed; later deliveries happen in it."""
+
+    view_id: str
+    members: tuple[int, ...]
+    """Member ids, sorted."""
+    group: str
+
+    @property
+    def view(self) -> View:
+        return View(self.view_id, self.members)
+
+
+Event = Union[Delivery, ViewChange]
+"""What iterating over a group yields."""
+
+
+def _event_of(action: AppEvent) -> Event:
+    if isinstance(action, Deliver):
+        return Delivery(action.sender, action.seq, action.payload, action.view_id, action.group, action.dest)
+    return ViewChange(action.view_id, action.members, action.group)
+
+
+class GroupHandle:
+    """Membership of one group; get one from ``NodeHandle.join``.
+
+    Iterate over it (``async for event in group``) or call ``receive()`` for
+    the group's events; the stream ends when the group is left or the node
+    closes.
+    """
+
+    def __init__(self, driver: TrioDriver, name: str, receive: trio.MemoryReceiveChannel[AppEvent]) -> None:
+        self._driver = driver
+        self._name = name
+        self._receive = receive
+        self._left = False
+        self._last_view = View(*driver.node.view(name))
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def node_id(self) -> int:
+        return self._driver.node.id
+
+    @property
+    def view(self) -> View:
+        """The current view; after leaving, the last one this node held."""
+        self._refresh_view()
+        return self._last_view
+
+    def _refresh_view(self) -> None:
+        if not self._left and not self._driver.closed and self._name in self._driver.node.groups:
+            self._last_view = View(*self._driver.node.view(self._name))
+
+    async def send(self, payload: bytes, *, to: int | None = None) -> None:
+        """Multicast ``payload`` to the group (this node delivers it too), or
+        unicast it to member ``to``. Waits while this group's event queue is full."""
+        node = self._driver.node
+        if self._left:
+            raise UsageError(f"group {self._name!r} was left; join it again to send")
+        if to is None:
+            await self._driver.call(partial(node.multicast, self._name, payload))
+        else:
+            await self._driver.call(partial(node.unicast, self._name, to, payload))
+
+    async def receive(self) -> Event:
+        """The next event; raises ``trio.EndOfChannel`` once the group is left."""
+        try:
+            return _event_of(await self._receive.receive())
+        except trio.ClosedResourceError:
+            raise trio.EndOfChannel from None
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self
+
+    async def __anext__(self) -> Event:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    async def leave(self) -> None:
+        """Leave the group gracefully; the event stream ends. Idempotent."""
+        if self._left:
+            return
+        self._refresh_view()  # keep the last view readable after leaving
+        self._left = True
+        await self._driver.close_group(self._name, self._receive)
+        self._receive.close()
+
+    def __repr__(self) -> str:
+        state = "left" if self._left else f"{len(self.view)} members"
+        return f"<sgcs.GroupHandle {self._name!r} node={self.node_id} {state}>"
+
+
+class NodeHandle:
+    """A running sgcs node; get one from ``open_node``."""
+
+    def __init__(self, driver: TrioDriver) -> None:
+        self._driver = driver
+
+    @property
+    def id(self) -> int:
+        """This node's member id."""
+        return self._driver.node.id
+
+    @property
+    def name(self) -> str:
+        return self._driver.config.name
+
+    @property
+    def config(self) -> Config:
+        return self._driver.config
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` of the node's unicast socket."""
+        return self._driver.address
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Names of the groups this node belongs to."""
+        return self._driver.node.groups
+
+    def statistics(self) -> NodeStatistics:
+        """The protocol's counters: datagrams, deliveries, drops by reason."""
+        return self._driver.node.statistics()
+
+    def io_statistics(self) -> DriverStatistics:
+        """The driver's counters: send and receive errors, discarded events."""
+        return self._driver.statistics()
+
+    @asynccontextmanager
+    async def join(
+        self, group: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None
+    ) -> AsyncIterator[GroupHandle]:
+        """Join ``group`` for the duration of the block, then leave it gracefully.
+
+        ``order`` is the group's delivery order. ``members``: the known member
+        ids (no discovery); None: discover the others, whose arrival shows up
+        as ``ViewChange`` events. The first event is always the initial view."""
+        receive = await self._driver.open_group(group, order, members)
+        handle = GroupHandle(self._driver, group, receive)
+        try:
+            yield handle
+        finally:
+            await handle.leave()
+
+    def __repr__(self) -> str:
+        host, port = self.address
+        return f"<sgcs.NodeHandle {self.name!r} id={self.id} {host}:{port}>"
+
+
+@asynccontextmanager
+async def open_node(config: Config) -> AsyncIterator[NodeHandle]:
+    """Run an sgcs node on real sockets for the duration of the block.
+
+    Raises ``UsageError`` when the sockets cannot be opened (port in use,
+    unknown interface, no multicast), saying which Config field to change.
+    Leaving the block stops every task of the node and closes its sockets."""
+    if not isinstance(config, Config):
+        raise UsageError(f"open_node needs an sgcs.Config, got {type(config).__name__}")
+    async with open_driver(config) as driver:
+        yield NodeHandle(driver)

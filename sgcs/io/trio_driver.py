@@ -1,0 +1,319 @@
+"""The trio driver: real UDP and IP multicast under the sans-I/O node.
+
+Theory of operation
+-------------------
+The driver owns one ``sgcs.node.Node`` and its sockets (``sockets.py``), and
+runs these tasks in one nursery:
+
+* a receive loop per socket: ``recvfrom`` -> ``node.handle_datagram``;
+* a timer loop that sleeps until ``node.next_deadline()`` or until it is
+  poked because a node call may have moved that deadline earlier, then calls
+  ``node.handle_timeout``.
+
+Application commands (join, leave, send) run in the caller's task. Every node
+call, whoever makes it, goes through ``TrioDriver.call``: take the node lock,
+call the node with ``trio.current_time()``, carry out the returned actions in
+order, release. The lock is fair (FIFO), so the actions of successive node
+calls are carried out in the order the node produced them. That is what keeps
+delivery order intact on the way to the application: without it, two tasks
+waiting on one full queue could interleave their deliveries. Taking the time
+inside the lock keeps ``now`` non-decreasing from the node's point of view.
+
+Routing is a table keyed by action type. ``Send`` and ``Multicast`` go to the
+unicast socket (a multicast to the group address, or to every peer when
+multicast is off). A send error (EPERM from a firewall, ENETUNREACH...) is
+counted by errno name and never raised: UDP is unreliable anyway and the
+protocol above the wire repairs loss. ``Deliver`` and ``ViewInstalled`` go to
+the group's bounded memory channel (``Config.app_queue``).
+
+Backpressure: when a group's channel is full, the task routing into it waits,
+holding the node lock. Receive loops then stop reading, the kernel's socket
+buffer fills and finally drops datagrams, which the protocol sees as loss; an
+application ``send`` waits too. Nothing is dropped silently here: events that
+cannot reach the application (its group is being left, or routing was
+cancelled at shutdown) are counted in ``DriverStatistics.events_discarded``.
+
+Shutdown: leaving a group drains its channel (the application has stopped
+reading, and a router may be waiting for room), then calls ``node.leave`` and
+sends the LEAVE datagram under a shielded, bounded scope, so even a cancelled
+block says goodbye; only then is the channel closed. Leaving ``open_driver``
+closes every channel (ending any ``async for`` over a group), cancels the
+nursery and closes the sockets: no task and no socket outlives the block.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Awaitable, Union
+
+import trio
+
+from ..actions import Action, Deliver, Multicast, Send, TraceEvent, ViewInstalled
+from ..config import Config, Order
+from ..errors import UsageError
+from ..node import Node
+from .sockets import Endpoint, NodeSockets, open_sockets
+
+AppEvent = Union[Deliver, ViewInstalled]
+"""What a group's channel carries; ``sgcs.api`` turns them into public events."""
+
+RECEIVE_SIZE = 65_536
+"""Bytes asked of recvfrom: any UDP datagram fits, so none is truncated before
+the node can count it (the wire codec caps what it accepts)."""
+RECEIVE_ERROR_PAUSE = 0.01
+"""Seconds to pause after a receive error, so a persistent one cannot spin the CPU."""
+LEAVE_GRACE = 2.0
+"""Seconds a group exit may wait for the node lock before leaving without it."""
+
+_entropy = random.SystemRandom()
+
+
+@dataclass(frozen=True, slots=True)
+class DriverStatistics:
+    """Counters of the trio driver since the node opened."""
+
+    send_errors: int
+    send_error_reasons: dict[str, int] = field(default_factory=dict)
+    """Send errors by errno name, e.g. {"ENETUNREACH": 3}."""
+    receive_errors: int = 0
+    events_discarded: int = 0
+    """Deliveries and view changes that found no reader: their group was being
+    left, or routing was cancelled at shutdown."""
+
+
+@dataclass(slots=True)
+class _GroupQueue:
+    send: trio.MemorySendChannel[AppEvent]
+    receive: trio.MemoryReceiveChannel[AppEvent]
+    leaving: bool = False
+
+
+class TrioDriver:
+    """Runs one sans-I/O node over real sockets; see the module docstring."""
+
+    def __init__(self, node: Node, sockets: NodeSockets) -> None:
+        self.node = node
+        self.sockets = sockets
+        self._lock = trio.Lock()
+        self._poke = trio.Event()
+        self._queues: dict[str, _GroupQueue] = {}
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+        self._send_errors: Counter[str] = Counter()
+        self._receive_errors = 0
+        self._discarded = 0
+
+    @property
+    def config(self) -> Config:
+        return self.node.config
+
+    @property
+    def address(self) -> Endpoint:
+        return self.sockets.address
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def statistics(self) -> DriverStatistics:
+        return DriverStatistics(
+            send_errors=sum(self._send_errors.values()),
+            send_error_reasons=dict(self._send_errors),
+            receive_errors=self._receive_errors,
+            events_discarded=self._discarded,
+        )
+
+    # ------------------------------------------------------------------ node calls
+
+    async def call(self, command: Callable[[float], list[Action]]) -> None:
+        """Call the node (``command(now)``) and carry out its actions, in order.
+        UsageError from the node reaches the caller unchanged."""
+        if self._closed:
+            raise UsageError("this sgcs node is closed; open a new one with sgcs.open_node")
+        await self._call(command)
+
+    async def _call(self, command: Callable[[float], list[Action]]) -> None:
+        # The driver's own tasks come here directly: one may be woken with a
+        # datagram just after shutdown began, and must not fail for it.
+        async with self._lock:
+            actions = command(trio.current_time())
+            self._poke.set()  # the call may have moved the node's next deadline
+            await self._route(actions)
+
+    async def open_group(
+        self, name: str, order: Order | str, members: Iterable[int] | None
+    ) -> trio.MemoryReceiveChannel[AppEvent]:
+        """Join ``name``; the returned channel carries its events, the first
+        being the initial view."""
+        send, receive = trio.open_memory_channel[AppEvent](self.config.app_queue)
+        member_list = None if members is None else list(members)
+
+        def join(now: float) -> list[Action]:
+            actions = self.node.join(name, now, order=order, members=member_list)
+            self._queues[name] = _GroupQueue(send, receive)  # before routing: the view goes here
+            return actions
+
+        try:
+            await self.call(join)
+        except BaseException:
+            if name in self._queues and self._queues[name].receive is receive:
+                await self.close_group(name, receive)  # joined, but the caller gets no handle
+            send.close()
+            receive.close()
+            raise
+        return receive
+
+    async def close_group(self, name: str, receive: trio.MemoryReceiveChannel[AppEvent]) -> None:
+        """Leave ``name`` and close its channel; safe to call twice or after shutdown."""
+        queue = self._queues.get(name)
+        if queue is None or queue.receive is not receive:
+            return
+        queue.leaving = True
+        self._discarded += _drain(queue.receive)  # the reader is gone; free a router waiting for room
+        if not self._closed and name in self.node.groups:
+            await self._leave(name)
+        queue.send.close()
+        del self._queues[name]
+
+    async def _leave(self, name: str) -> None:
+        # Shielded: a block cancelled by its caller still says goodbye, so the
+        # others need not wait to suspect us. Bounded: a node stalled by another
+        # group's full queue must not hang the exit.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + LEAVE_GRACE):
+            await self.call(partial(self.node.leave, name))
+        if name in self.node.groups and self._nursery is not None:
+            # Timed out waiting for the lock: leave anyway; the LEAVE datagram
+            # may then overtake datagrams still queued behind the stall.
+            self._nursery.start_soon(self._route, self.node.leave(name, trio.current_time()))
+
+    # ------------------------------------------------------------------ tasks
+
+    def start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        for sock in self.sockets.receivers:
+            nursery.start_soon(self._receive_loop, sock)
+        nursery.start_soon(self._timer_loop)
+
+    def shut(self) -> None:
+        """Refuse new calls and end every group's event stream."""
+        self._closed = True
+        for queue in self._queues.values():
+            queue.send.close()
+
+    async def _receive_loop(self, sock: trio.socket.SocketType) -> None:
+        while True:
+            try:
+                data, src = await sock.recvfrom(RECEIVE_SIZE)
+            except OSError:
+                # e.g. ECONNRESET for an earlier send on some platforms; not fatal.
+                self._receive_errors += 1
+                await trio.sleep(RECEIVE_ERROR_PAUSE)
+                continue
+            await self._call(partial(self.node.handle_datagram, src, data))
+
+    async def _timer_loop(self) -> None:
+        while True:
+            deadline = self.node.next_deadline()
+            if deadline is not None and trio.current_time() >= deadline:
+                await self._call(self.node.handle_timeout)
+                continue
+            self._poke = trio.Event()
+            with trio.move_on_at(math.inf if deadline is None else deadline):
+                await self._poke.wait()
+
+    # ------------------------------------------------------------------ routing
+
+    async def _route(self, actions: list[Action]) -> None:
+        routed = 0
+        try:
+            for action in actions:
+                await _ROUTES[type(action)](self, action)
+                routed += 1
+        finally:
+            # Cancelled mid-way (shutdown, or a cancelled send): count what
+            # never reached the application rather than lose it silently.
+            self._discarded += sum(isinstance(a, (Deliver, ViewInstalled)) for a in actions[routed:])
+
+    async def _send(self, action: Send) -> None:
+        await self._sendto(action.data, action.dst)
+
+    async def _multicast(self, action: Multicast) -> None:
+        for destination in self.sockets.fanout:
+            await self._sendto(action.data, destination)
+
+    async def _sendto(self, data: bytes, destination: Any) -> None:
+        try:
+            await self.sockets.unicast.sendto(data, destination)
+        except OSError as exc:
+            self._send_errors[errno.errorcode.get(exc.errno or 0, type(exc).__name__)] += 1
+
+    async def _to_app(self, action: AppEvent) -> None:
+        queue = self._queues.get(action.group)
+        if queue is None or queue.leaving:
+            self._discarded += 1
+            return
+        try:
+            await queue.send.send(action)  # waits while full: backpressure
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._discarded += 1
+
+    async def _ignore(self, action: TraceEvent) -> None:
+        """Trace events are not recorded by the driver yet."""
+
+
+_ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None]]] = {
+    Send: TrioDriver._send,
+    Multicast: TrioDriver._multicast,
+    Deliver: TrioDriver._to_app,
+    ViewInstalled: TrioDriver._to_app,
+    TraceEvent: TrioDriver._ignore,
+}
+
+
+def _drain(receive: trio.MemoryReceiveChannel[AppEvent]) -> int:
+    """Empty a channel without waiting; returns how many events it held."""
+    drained = 0
+    while True:
+        try:
+            receive.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return drained
+        drained += 1
+
+
+@asynccontextmanager
+async def open_driver(config: Config) -> AsyncIterator[TrioDriver]:
+    """Open a node's sockets and run its driver for the duration of the block.
+
+    An exception from the block comes out as itself, not wrapped in an
+    ExceptionGroup by the driver's nursery."""
+    node_id = config.node_id if config.node_id is not None else _entropy.randrange(2**63)
+    # The protocol draws from its own seeded Random (sans-I/O rule); only the
+    # seed comes from the OS, so real runs differ from one another.
+    node = Node(node_id, config, random.Random(_entropy.getrandbits(64)))
+    sockets = await open_sockets(config)
+    body_error: BaseException | None = None
+    try:
+        driver = TrioDriver(node, sockets)
+        async with trio.open_nursery() as nursery:
+            driver.start(nursery)
+            try:
+                yield driver
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # re-raised below, after the tasks are gone
+                body_error = exc
+            finally:
+                driver.shut()
+                nursery.cancel_scope.cancel()
+    finally:
+        sockets.close()
+    if body_error is not None:
+        raise body_error
