@@ -1,0 +1,157 @@
+"""The reliable stream as a pure state machine: a hypothesis stateful test drives
+3 to 5 members through loss, duplication, reordering and delay, and checks
+exactly-once FIFO delivery, then that healing the network delivers everything
+and empties every buffer."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from sgcs.transport.records import OutDigest, OutNack, OutNull, OutRecords, OutStable
+from sgcs.transport.reliable import ReliableStream, TransportParams
+
+PARAMS = TransportParams(fragment_size=16, window_max=256)
+
+
+class Network:
+    """In-flight outputs of the streams, delivered in any order the test picks."""
+
+    def __init__(self, streams: dict[int, ReliableStream]) -> None:
+        self.streams = streams
+        self.in_flight: list[tuple[int, int, object]] = []  # (src, dst, output)
+        self.delivered: dict[int, list[tuple[int, int, bytes]]] = {i: [] for i in streams}
+        self.sent: list[tuple[int, int, bytes]] = []
+
+    def route(self, src: int, outputs: list) -> None:
+        for out in outputs:
+            if isinstance(out, (OutRecords, OutNull)) and getattr(out, "dst", None) is None:
+                self.in_flight += [(src, dst, out) for dst in sorted(self.streams) if dst != src]
+            else:
+                self.in_flight.append((src, out.dst, out))
+
+    def handle(self, src: int, dst: int, out: object, now: float) -> None:
+        stream = self.streams[dst]
+        if isinstance(out, OutRecords):
+            for m in stream.on_records(src, out.records, out.kind, now):
+                self.delivered[dst].append((m.sender, m.seq, m.payload))
+        elif isinstance(out, OutNack):
+            self.route(dst, stream.on_nack(src, out.sender, out.ranges, out.pull))
+        elif isinstance(out, OutDigest):
+            self.route(dst, stream.on_digest(src, out.entries, now))
+        elif isinstance(out, OutNull):
+            stream.on_acks(src, out.acks, now)
+        elif isinstance(out, OutStable):
+            stream.on_stable(out.entries)
+
+    def fire_timers(self, now: float) -> None:
+        for i, stream in sorted(self.streams.items()):
+            deadline = stream.next_deadline()
+            if deadline is not None and deadline <= now:
+                self.route(i, stream.on_timeout(now))
+
+
+class LossyNetwork(RuleBasedStateMachine):
+    @initialize(count=st.integers(3, 5), seed=st.integers(0, 2**16))
+    def start(self, count: int, seed: int) -> None:
+        members = tuple(range(1, count + 1))
+        self.now = 0.0
+        self.net = Network({i: ReliableStream(i, members, PARAMS, random.Random(seed + i), 0.0) for i in members})
+
+    @rule(data=st.data(), payload=st.binary(max_size=40))
+    def send(self, data: st.DataObject, payload: bytes) -> None:
+        sender = data.draw(st.sampled_from(sorted(self.net.streams)))
+        stream = self.net.streams[sender]
+        if stream.send_delay() is None:
+            return  # window full: the application waits
+        seq, outputs = stream.send(payload, self.now)
+        self.net.sent.append((sender, seq, payload))
+        self.net.delivered[sender].append((sender, seq, payload))  # a sender delivers its own
+        self.net.route(sender, outputs)
+
+    @rule(data=st.data(), duplicate=st.booleans())
+    def deliver(self, data: st.DataObject, duplicate: bool) -> None:
+        if self.net.in_flight:
+            index = data.draw(st.integers(0, len(self.net.in_flight) - 1))  # reordering
+            item = self.net.in_flight[index] if duplicate else self.net.in_flight.pop(index)
+            self.net.handle(*item, self.now)
+
+    @rule(data=st.data())
+    def drop(self, data: st.DataObject) -> None:
+        if self.net.in_flight:
+            self.net.in_flight.pop(data.draw(st.integers(0, len(self.net.in_flight) - 1)))
+
+    @rule(step=st.sampled_from([0.001, 0.01, 0.05, 0.2, 1.0]))
+    def advance(self, step: float) -> None:  # delay: time passes with datagrams still in flight
+        self.now += step
+        self.net.fire_timers(self.now)
+
+    @invariant()
+    def exactly_once_fifo(self) -> None:
+        for node, log in self.net.delivered.items():
+            ids = [(s, q) for s, q, _ in log]
+            assert len(ids) == len(set(ids)), f"node {node} delivered a message twice"
+            last: dict[int, int] = {}
+            for sender, seq, _ in log:
+                assert seq > last.get(sender, 0), f"node {node}: FIFO broken for sender {sender}"
+                last[sender] = seq
+
+    def teardown(self) -> None:
+        if not hasattr(self, "net"):
+            return
+        for _ in range(5_000):  # heal: no more loss, until everything is stable and quiet
+            while self.net.in_flight:
+                self.net.handle(*self.net.in_flight.pop(0), self.now)
+            self.now += 0.05
+            self.net.fire_timers(self.now)
+            if not self.net.in_flight and all(s.next_deadline() is None for s in self.net.streams.values()):
+                break
+        expected = sorted(self.net.sent)
+        for node, log in self.net.delivered.items():
+            assert sorted(log) == expected, f"node {node} is missing messages after healing"
+            assert self.net.streams[node].window() == 0, f"node {node} still buffers unstable records"
+
+
+LossyNetwork.TestCase.settings = settings(max_examples=80, stateful_step_count=60, deadline=None)
+test_lossy_network = LossyNetwork.TestCase
+
+
+@pytest.mark.parametrize("window, expected", [(0, 0.0), (128, 0.001), (255, 0.255), (256, None)])
+def test_send_delay_grows_to_infinite_at_the_window(window: int, expected: float | None) -> None:
+    stream = ReliableStream(1, (1, 2), TransportParams(window_max=256, send_delay_scale=0.001), random.Random(1), 0.0)
+    for _ in range(window):
+        stream.send(b"x", 0.0)  # member 2 never ACKs, so nothing becomes stable
+    delay = stream.send_delay()
+    assert delay == pytest.approx(expected) if expected is not None else delay is None
+
+
+def test_excluding_a_silent_member_releases_the_window() -> None:
+    stream = ReliableStream(1, (1, 2, 3), TransportParams(window_max=8), random.Random(1), 0.0)
+    for _ in range(8):
+        stream.send(b"x", 0.0)
+    stream.on_acks(2, ((1, 8),), 0.1)
+    assert stream.send_delay() is None  # member 3 has not ACKed
+    stream.set_members((1, 2))
+    assert stream.window() == 0 and stream.send_delay() == 0.0
+
+
+def test_large_message_is_fragmented_and_reassembled() -> None:
+    members = (1, 2)
+    a, b = (ReliableStream(i, members, PARAMS, random.Random(i), 0.0) for i in members)
+    payload = bytes(range(256)) * 3
+    seq, (out,) = a.send(payload, 0.0)
+    assert len(out.records) == len(payload) // PARAMS.fragment_size
+    delivered = b.on_records(1, tuple(reversed(out.records)), "data", 0.1)
+    assert [(m.seq, m.payload) for m in delivered] == [(seq, payload)]
+
+
+def test_lying_ack_cannot_make_gap_listing_loop() -> None:
+    a = ReliableStream(1, (1, 2, 3), PARAMS, random.Random(1), 0.0)
+    a.on_acks(3, ((2, 2**62),), 0.0)  # member 3 claims member 2 sent 2**62 records
+    out = a.on_timeout(1.0)
+    nack = next(o for o in out if isinstance(o, OutNack))
+    assert nack.ranges[-1][1] - nack.ranges[0][0] < 2**17
