@@ -1,0 +1,161 @@
+"""Node lifecycles and faults: start, crash, recover, pause, join, leave, partition.
+
+Theory of operation
+-------------------
+``start_run`` puts the run's fixed events on the heap before anything else
+(``net`` bucket boundaries first, then the faults in time and file order), so
+that at equal times a boundary comes before a fault and a fault before any
+traffic it causes. It then starts every node not named in a join fault, and
+has each join its groups at t=0 with the full t=0 membership, so that no
+discovery traffic is needed; a node that starts or rejoins later is given the
+group's current members and is learnt by the others on first contact.
+
+The fault handlers, one per action (``FAULT_HANDLERS``):
+
+* crash: the Node object is dropped; its timers and in-flight datagrams die
+  with it (the heap entries carry its incarnation); a ``crash`` row is written;
+* recover: a new Node with the next incarnation (fresh state, fresh
+  ``random.Random``) writes a ``recover`` row and rejoins its groups;
+* pause: the node's datagrams queue up until ``at + for``; the simulator's
+  ``_resume`` then hands them over in arrival order, and overdue timers fire;
+* join: starts a pending node, or rejoins a running node that had left;
+* leave: ``Node.leave`` on every group; the node keeps running;
+* partition/heal: the network's components.
+
+``faultspec.check_timeline`` has already rejected faults that cannot apply, so
+a failed precondition here is a bug and raises.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from sgcs.actions import TraceEvent
+
+from .engine import APP, BUCKET, FAULT, RESUME
+from .faultspec import Fault, pending_nodes
+
+if TYPE_CHECKING:
+    from .simulator import GroupState, Simulator
+
+
+def start_run(sim: "Simulator") -> None:
+    scenario, engine = sim.scenario, sim.engine
+    k = 1
+    while k * sim.net_bucket <= scenario.duration:
+        engine.schedule(k * sim.net_bucket, BUCKET, -1, (k - 1) * sim.net_bucket)
+        k += 1
+    for fault in sorted(scenario.faults, key=lambda f: (f.at, f.index)):
+        if fault.at <= scenario.duration:
+            engine.schedule(fault.at, FAULT, -1, fault)
+    pending = pending_nodes(scenario.faults)
+    initial = [n for n in range(scenario.nodes) if n not in pending]
+    at_start = {
+        name: [m for m in group.spec.members if m not in pending] for name, group in sim.groups.items()
+    }
+    for node_id in initial:
+        sim.new_node(node_id)
+        sim.in_groups[node_id] = True
+    for node_id in initial:
+        join_groups(sim, node_id, 0.0, lambda group: at_start[group.spec.name])
+    for group in sim.groups.values():
+        if group.spec.rate > 0:
+            engine.schedule(group.rng.expovariate(group.spec.rate), APP, -1, group)
+
+
+def join_groups(sim: "Simulator", node_id: int, now: float,
+                members_of: Callable[["GroupState"], list[int]]) -> None:
+    node = sim.nodes[node_id]
+    if node is None:
+        raise RuntimeError(f"node {node_id} must be up to join its groups")
+    for group in sim.groups_of[node_id]:
+        members = members_of(group)
+        group.joined.add(node_id)
+        group.changed()
+        spec = group.spec
+        sim.apply(node_id, node.join(spec.name, now, order=spec.order, members=members), now)
+    sim.rearm(node_id, now)
+
+
+def _current_members(node_id: int) -> Callable[["GroupState"], list[int]]:
+    return lambda group: sorted(group.joined | {node_id})
+
+
+def _crash(sim: "Simulator", fault: Fault, now: float) -> None:
+    for node_id in fault.nodes:
+        if sim.nodes[node_id] is None:
+            raise RuntimeError(f"crash of node {node_id}, which is not up")
+        sim.nodes[node_id] = None
+        for group in sim.groups_of[node_id]:
+            group.joined.discard(node_id)
+        sim.timer_at[node_id] = None
+        sim.paused_until[node_id] = 0.0
+        sim.backlog.pop(node_id, None)
+        sim.membership_changed()
+        sim.events.add(now, node_id, TraceEvent("crash"))
+
+
+def _recover(sim: "Simulator", fault: Fault, now: float) -> None:
+    for node_id in fault.nodes:
+        if sim.nodes[node_id] is not None or sim.incarnation[node_id] < 0:
+            raise RuntimeError(f"recover of node {node_id}, which is not crashed")
+        sim.new_node(node_id)
+        sim.events.add(now, node_id, TraceEvent("recover"))
+        if sim.in_groups[node_id]:
+            join_groups(sim, node_id, now, _current_members(node_id))
+        sim.membership_changed()
+
+
+def _join(sim: "Simulator", fault: Fault, now: float) -> None:
+    for node_id in fault.nodes:
+        if sim.nodes[node_id] is None:
+            if sim.incarnation[node_id] >= 0:
+                raise RuntimeError(f"join of node {node_id}, which is crashed")
+            sim.new_node(node_id)
+        elif sim.in_groups[node_id]:
+            raise RuntimeError(f"join of node {node_id}, which is already in its groups")
+        sim.in_groups[node_id] = True
+        join_groups(sim, node_id, now, _current_members(node_id))
+        sim.membership_changed()
+
+
+def _leave(sim: "Simulator", fault: Fault, now: float) -> None:
+    for node_id in fault.nodes:
+        node = sim.nodes[node_id]
+        if node is None or not sim.in_groups[node_id]:
+            raise RuntimeError(f"leave of node {node_id}, which is not in its groups")
+        sim.in_groups[node_id] = False
+        for group in sim.groups_of[node_id]:
+            if node_id in group.joined:
+                sim.apply(node_id, node.leave(group.spec.name, now), now)
+                group.joined.discard(node_id)  # after the fan-out: the leave reaches the others
+        sim.membership_changed()
+
+
+def _pause(sim: "Simulator", fault: Fault, now: float) -> None:
+    for node_id in fault.nodes:
+        if sim.nodes[node_id] is None:
+            raise RuntimeError(f"pause of node {node_id}, which is not up")
+        until = now + fault.pause_for
+        sim.paused_until[node_id] = until
+        sim.engine.schedule(until, RESUME, node_id, sim.incarnation[node_id])
+    sim.membership_changed()  # paused nodes cannot send
+
+
+def _partition(sim: "Simulator", fault: Fault, now: float) -> None:
+    sim.network.partition(fault.components)
+
+
+def _heal(sim: "Simulator", fault: Fault, now: float) -> None:
+    sim.network.heal()
+
+
+FAULT_HANDLERS: dict[str, Callable[["Simulator", Fault, float], None]] = {
+    "crash": _crash,
+    "recover": _recover,
+    "join": _join,
+    "leave": _leave,
+    "pause": _pause,
+    "partition": _partition,
+    "heal": _heal,
+}

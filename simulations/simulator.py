@@ -1,0 +1,312 @@
+"""The simulator: many sans-I/O nodes on one simulated network.
+
+Theory of operation
+-------------------
+Each simulated process is a real ``sgcs.node.Node``, the same object the trio
+driver runs. The simulator plays the driver's part for all of them: it calls
+``join``/``leave``/``multicast`` at the scenario's times, hands each datagram
+to ``handle_datagram`` when it arrives, calls ``handle_timeout`` when a
+node's ``next_deadline`` comes, and carries out the returned actions:
+
+* ``Send``: one datagram to one node id, through ``Network.unicast``;
+* ``Multicast``: one datagram to every node that has currently joined the
+  action's group (as if each group had its own multicast address), or to
+  every live node when the group is None, through ``Network.fan_out``;
+* ``TraceEvent``: one ``events`` row, stamped with the time and node;
+* ``Deliver``/``ViewInstalled``: counted for the summary; their rows come
+  from the node's own trace events.
+
+All of this is events on one heap (``engine.Engine``): datagram arrivals,
+node timers, application sends (a Poisson process per group, each message's
+sender drawn uniformly from the group's live, unpaused members), faults,
+pause ends and the ``net`` bucket boundaries. A node's timer is re-armed from
+``next_deadline`` after every call into it; moved timers are cancelled lazily.
+Each datagram arrival carries the receiver's incarnation from send time, so a
+datagram in flight to a node that crashes (and maybe recovers) is lost.
+
+Determinism: every random choice comes from a generator derived from the seed
+(network, per-group workload, and per-node ``(seed, node, incarnation)``), and
+ties on the heap are broken by scheduling order, so a seed replays a run.
+Node lifecycles and faults live in ``lifecycle``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from heapq import heappush
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from sgcs.actions import Deliver, Multicast, Send, TraceEvent, ViewInstalled
+from sgcs.errors import UsageError
+from sgcs.node import Node
+
+from .engine import APP, ARRIVE, TIMER, Engine
+from .lifecycle import FAULT_HANDLERS, start_run
+from .network import Network
+from .scenario import GroupSpec, Scenario
+from .trace import EventsWriter, NetCounters
+
+MAX_BUCKETS = 10_000_000
+
+
+class SimulationBug(Exception):
+    """A non-usage exception inside the run: a bug in sgcs or the simulator."""
+
+    def __init__(self, message: str, seed: int, t: float, replay: str) -> None:
+        super().__init__(message)
+        self.seed = seed
+        self.t = t
+        self.replay = replay
+
+
+@dataclass
+class Counters:
+    """Totals for the run summary."""
+
+    sends: int = 0
+    """Application multicasts sent."""
+    expected: int = 0
+    """Sum over sends of the group's live members at send time (sender included)."""
+    deliveries: int = 0
+    """Multicast deliveries, the sender's own included."""
+    unicast_deliveries: int = 0
+    datagrams: int = 0
+    """Datagrams put on the network (a multicast counts once)."""
+    lost: int = 0
+    """Datagram copies that did not reach an intended receiver."""
+
+
+class GroupState:
+    """One group's membership as the network sees it, and its workload."""
+
+    __slots__ = ("index", "spec", "payload", "joined", "rng", "_targets", "_senders")
+
+    def __init__(self, index: int, spec: GroupSpec, seed: int) -> None:
+        self.index = index
+        self.spec = spec
+        self.payload = bytes(spec.size)
+        self.joined: set[int] = set()
+        """Nodes that are up and have joined: the multicast address's listeners."""
+        self.rng = random.Random(f"{seed}:workload:{spec.name}")
+        self._targets: np.ndarray | None = None
+        self._senders: list[int] | None = None
+
+    def targets(self) -> np.ndarray:
+        if self._targets is None:
+            self._targets = np.array(sorted(self.joined), dtype=np.int64)
+        return self._targets
+
+    def senders(self, paused_until: list[float], now: float) -> list[int]:
+        if self._senders is None:
+            self._senders = [n for n in sorted(self.joined) if paused_until[n] <= now]
+        return self._senders
+
+    def changed(self) -> None:
+        self._targets = self._senders = None
+
+
+def _identity(node_id: int) -> int:
+    return node_id
+
+
+class Simulator:
+    """Owns the nodes, the network, the heap and the trace of one run."""
+
+    def __init__(self, scenario: Scenario, out: Path, net_bucket: float = 1.0) -> None:
+        if not (net_bucket > 0 and scenario.duration / net_bucket <= MAX_BUCKETS):
+            raise UsageError(f"--net-bucket must be > 0 and at most {MAX_BUCKETS} buckets per run, got {net_bucket}")
+        count = scenario.nodes
+        self.scenario = scenario
+        self.engine = Engine()
+        self.network = Network(scenario.network, scenario.seed, count)
+        self.events = EventsWriter(out / "events")
+        self.net = NetCounters(out / "net", count)
+        self.net_bucket = net_bucket
+        self.bucket_start = 0.0
+        self.counters = Counters()
+        self.nodes: list[Node | None] = [None] * count
+        self.incarnation = [-1] * count
+        """Starts of each node minus one; -1: never started."""
+        self.timer_at: list[float | None] = [None] * count
+        self.paused_until = [0.0] * count
+        self.backlog: dict[int, list[tuple[int, bytes, str, int]]] = {}
+        self.in_groups = [False] * count
+        """Whether the node means to be in its groups (False after a leave)."""
+        self.groups = {spec.name: GroupState(i, spec, scenario.seed) for i, spec in enumerate(scenario.groups)}
+        self.groups_of: list[list[GroupState]] = [[] for _ in range(count)]
+        for group in self.groups.values():
+            for member in group.spec.members:
+                self.groups_of[member].append(group)
+        self._live: np.ndarray | None = None
+        self._on_action: dict[type, Callable[[int, Any, float], None]] = {
+            Send: self._send, Multicast: self._multicast, Deliver: self._deliver, ViewInstalled: _ignore,
+        }
+        self._dispatch = (self._arrive, self._timer, self._app, self._fault, self._resume, self._bucket)
+
+    # ------------------------------------------------------------ running
+
+    def run(self, progress: Callable[[float], None] | None = None) -> None:
+        """Start the nodes, run to the scenario's duration, close the trace."""
+        scenario = self.scenario
+        try:
+            start_run(self)
+            self.engine.run(scenario.duration, self._dispatch, progress)
+        except UsageError:
+            raise
+        except Exception as exc:
+            t = self.engine.now
+            replay = scenario.replay_command()
+            raise SimulationBug(
+                f"simulation bug at t={t:.6f} (seed {scenario.seed}): {type(exc).__name__}: {exc}",
+                scenario.seed, t, replay,
+            ) from exc
+        self.events.close()
+        self.net.close(self.bucket_start)
+
+    def new_node(self, node_id: int) -> Node:
+        """A fresh Node for the next incarnation of ``node_id``."""
+        incarnation = self.incarnation[node_id] + 1
+        self.incarnation[node_id] = incarnation
+        rng = random.Random(f"{self.scenario.seed}:{node_id}:{incarnation}")
+        node = Node(node_id, self.scenario.config, rng, resolve=_identity, trace=True)
+        self.nodes[node_id] = node
+        self.timer_at[node_id] = None
+        self._live = None
+        return node
+
+    def apply(self, node_id: int, actions: list[Any], now: float) -> None:
+        """Carry out what a node asked for, then re-arm its timer."""
+        add = self.events.add
+        on_action = self._on_action
+        for action in actions:
+            if type(action) is TraceEvent:
+                add(now, node_id, action)
+            else:
+                on_action[type(action)](node_id, action, now)
+        self.rearm(node_id, now)
+
+    def rearm(self, node_id: int, now: float) -> None:
+        node = self.nodes[node_id]
+        deadline = node.next_deadline() if node is not None else None
+        if deadline is None:
+            self.timer_at[node_id] = None
+            return
+        if deadline < now:
+            deadline = now
+        if deadline != self.timer_at[node_id]:
+            self.timer_at[node_id] = deadline
+            self.engine.schedule(deadline, TIMER, node_id, self.incarnation[node_id])
+
+    def live_nodes(self) -> np.ndarray:
+        """Every node that is up: the listeners of a group-less multicast."""
+        if self._live is None:
+            self._live = np.array([i for i, n in enumerate(self.nodes) if n is not None], dtype=np.int64)
+        return self._live
+
+    def membership_changed(self) -> None:
+        self._live = None
+        for group in self.groups.values():
+            group.changed()
+
+    # ------------------------------------------------------------ events
+
+    def _arrive(self, t: float, dst: int, incarnation: int, packet: tuple[int, bytes, str, int]) -> None:
+        node = self.nodes[dst]
+        if node is None or self.incarnation[dst] != incarnation:
+            self.net.lost([dst], packet[2])  # in flight to a node that crashed
+            self.counters.lost += 1
+            return
+        self.net.received(dst, packet[2], packet[3])
+        if self.paused_until[dst] > t:
+            self.backlog.setdefault(dst, []).append(packet)
+            return
+        self.apply(dst, node.handle_datagram(packet[0], packet[1], t), t)
+
+    def _timer(self, t: float, node_id: int, incarnation: int, _: Any) -> None:
+        node = self.nodes[node_id]
+        if node is None or incarnation != self.incarnation[node_id] or self.timer_at[node_id] != t:
+            return  # stale: moved, or the node crashed
+        self.timer_at[node_id] = None
+        if self.paused_until[node_id] > t:
+            return  # fires late: _resume re-arms it
+        self.apply(node_id, node.handle_timeout(t), t)
+
+    def _app(self, t: float, _: int, group: GroupState, __: Any) -> None:
+        self.engine.schedule(t + group.rng.expovariate(group.spec.rate), APP, -1, group)
+        senders = group.senders(self.paused_until, t)
+        if not senders:
+            return
+        src = senders[group.rng.randrange(len(senders))]
+        node = self.nodes[src]
+        assert node is not None, "a sender must be up"
+        self.counters.sends += 1
+        self.counters.expected += len(group.joined)
+        self.apply(src, node.multicast(group.spec.name, group.payload, t), t)
+
+    def _fault(self, t: float, _: int, fault: Any, __: Any) -> None:
+        FAULT_HANDLERS[fault.action](self, fault, t)
+
+    def _resume(self, t: float, node_id: int, incarnation: int, _: Any) -> None:
+        node = self.nodes[node_id]
+        if node is None or incarnation != self.incarnation[node_id] or self.paused_until[node_id] != t:
+            return
+        self.paused_until[node_id] = 0.0
+        self.membership_changed()  # the node may send again
+        self.timer_at[node_id] = None  # an overdue timer is re-armed at t, after the backlog
+        for src, data, _label, _size in self.backlog.pop(node_id, ()):
+            self.apply(node_id, node.handle_datagram(src, data, t), t)
+        self.rearm(node_id, t)
+
+    def _bucket(self, t: float, _: int, start: float, __: Any) -> None:
+        self.net.roll(start)
+        self.bucket_start = t
+
+    # ------------------------------------------------------------ actions
+
+    def _send(self, src: int, action: Send, now: float) -> None:
+        dst, data, label = action.dst, action.data, action.msg_type.label
+        size = len(data)
+        self.net.sent(src, label, size)
+        self.counters.datagrams += 1
+        if not (type(dst) is int and 0 <= dst < len(self.nodes)):
+            raise RuntimeError(f"node {src} sent to {dst!r}, which is not a node id")
+        delays = self.network.unicast(src, dst) if self.nodes[dst] is not None else []
+        if not delays:
+            self.net.lost([dst], label)
+            self.counters.lost += 1
+            return
+        packet = (src, data, label, size)
+        for delay in delays:
+            self.engine.schedule(now + delay, ARRIVE, dst, self.incarnation[dst], packet)
+
+    def _multicast(self, src: int, action: Multicast, now: float) -> None:
+        data, label = action.data, action.msg_type.label
+        size = len(data)
+        self.net.sent(src, label, size)
+        self.counters.datagrams += 1
+        targets = self.live_nodes() if action.group is None else self.groups[action.group].targets()
+        receivers, delays, lost = self.network.fan_out(src, targets)
+        if lost:
+            self.net.lost(lost, label)
+            self.counters.lost += len(lost)
+        packet = (src, data, label, size)
+        engine = self.engine
+        heap, tie, incarnation = engine.heap, engine.tie, self.incarnation
+        for dst, delay in zip(receivers, delays):
+            tie += 1
+            heappush(heap, (now + delay, tie, ARRIVE, dst, incarnation[dst], packet))
+        engine.tie = tie
+
+    def _deliver(self, node_id: int, action: Deliver, now: float) -> None:
+        if action.dest is None:
+            self.counters.deliveries += 1
+        else:
+            self.counters.unicast_deliveries += 1
+
+
+def _ignore(node_id: int, action: Any, now: float) -> None:
+    """Views are traced by the node itself."""

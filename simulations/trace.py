@@ -1,0 +1,242 @@
+"""Trace writer: schema 1 (shared/DESIGN.md, "Trace format").
+
+Theory of operation
+-------------------
+A run directory holds ``meta.json``, ``events/`` and ``net/``; the two
+datasets are Parquet part files (``part-00000.parquet``...) so that Spark,
+pandas and pyarrow read them as one table each.
+
+``EventsWriter.add`` is on the simulator's hot path: it only appends
+``(t, node, TraceEvent)`` to three lists. When the buffered rows (plus the
+members of buffered ``view`` rows, which can be thousands each) reach a
+budget, the buffer becomes one Arrow record batch, column by column, and is
+written as one row group; a part file is closed after a number of row groups.
+Memory therefore stays bounded however long the run. Rows are written in the
+order they were added, which is the order events happened.
+
+``NetCounters`` keeps, for the current time bucket only, per-message-type
+lists of per-node counters. The simulator calls ``roll`` at each bucket
+boundary, which turns the non-zero counters into ``net`` rows.
+
+pyarrow is imported lazily, so that the protocol package never needs it; a
+missing pyarrow is a ``UsageError`` telling the user what to install.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+from sgcs.actions import TraceEvent
+from sgcs.errors import UsageError
+
+SCHEMA_VERSION = 1
+ROW_BUDGET = 200_000
+"""Buffered rows (counting each view member as a row) before a row group is written."""
+ROW_GROUPS_PER_PART = 32
+NET_COLUMNS = ("sent_count", "sent_bytes", "recv_count", "recv_bytes", "lost_count")
+_SENT, _SENT_BYTES, _RECV, _RECV_BYTES, _LOST = range(5)
+
+
+def pyarrow_modules() -> tuple[Any, Any]:
+    """(pyarrow, pyarrow.parquet), or a UsageError saying how to get them."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise UsageError(
+            "writing a trace needs pyarrow, which is not installed; run: pip install 'sgcs[analysis]'"
+        ) from None
+    return pyarrow, pyarrow.parquet
+
+
+def events_schema() -> Any:
+    pa, _ = pyarrow_modules()
+    return pa.schema(
+        [
+            ("t", pa.float64()),
+            ("node", pa.int64()),
+            ("kind", pa.string()),
+            ("group", pa.string()),
+            ("sender", pa.int64()),
+            ("seq", pa.int64()),
+            ("order", pa.string()),
+            ("view_id", pa.string()),
+            ("members", pa.list_(pa.int64())),
+            ("optimistic", pa.bool_()),
+            ("target", pa.int64()),
+            ("size", pa.int32()),
+            ("dest", pa.int64()),
+            ("reason", pa.string()),
+        ],
+        metadata={"sgcs.schema": str(SCHEMA_VERSION)},
+    )
+
+
+def net_schema() -> Any:
+    pa, _ = pyarrow_modules()
+    return pa.schema(
+        [("t", pa.float64()), ("node", pa.int64()), ("msg_type", pa.string())]
+        + [(name, pa.int64()) for name in NET_COLUMNS],
+        metadata={"sgcs.schema": str(SCHEMA_VERSION)},
+    )
+
+
+# TraceEvent fields in schema order, after t and node.
+_EVENT_FIELDS = ("kind", "group", "sender", "seq", "order", "view_id", "members",
+                 "optimistic", "target", "size", "dest", "reason")
+
+
+class _PartWriter:
+    """Writes record batches as row groups into rotating part files."""
+
+    def __init__(self, directory: Path, schema: Any) -> None:
+        self._pa, self._pq = pyarrow_modules()
+        self._dir = directory
+        self._schema = schema
+        self._writer: Any = None
+        self._part = 0
+        self._groups_in_part = 0
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def write(self, columns: list[Any]) -> None:
+        batch = self._pa.record_batch(columns, schema=self._schema)
+        if self._writer is None:
+            path = self._dir / f"part-{self._part:05d}.parquet"
+            self._writer = self._pq.ParquetWriter(path, self._schema, compression="zstd")
+        self._writer.write_batch(batch)
+        self._groups_in_part += 1
+        if self._groups_in_part >= ROW_GROUPS_PER_PART:
+            self._close_part()
+
+    def close(self, empty_columns: list[Any]) -> None:
+        """Close; a run without rows still gets one (empty) part file."""
+        if self._writer is None and self._part == 0:
+            self.write(empty_columns)
+        self._close_part()
+
+    def _close_part(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._part += 1
+            self._groups_in_part = 0
+
+
+class EventsWriter:
+    """Buffers event rows and writes them to ``RUN/events/``."""
+
+    def __init__(self, directory: Path) -> None:
+        self._pa, _ = pyarrow_modules()
+        import pyarrow.compute
+
+        self._pc = pyarrow.compute
+        self._schema = events_schema()
+        self._parts = _PartWriter(directory, self._schema)
+        self._t: list[float] = []
+        self._node: list[int] = []
+        self._events: list[TraceEvent] = []
+        self._weight = 0
+        self.rows = 0
+        self.kinds: Counter[str] = Counter()
+        """Rows written per kind."""
+
+    def add(self, t: float, node: int, event: TraceEvent) -> None:
+        self._t.append(t)
+        self._node.append(node)
+        self._events.append(event)
+        members = event.members
+        self._weight += 1 if members is None else 1 + len(members)
+        if self._weight >= ROW_BUDGET:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._t:
+            return
+        columns = self._columns()
+        self._parts.write(columns)
+        self.rows += len(self._t)
+        for entry in self._pc.value_counts(columns[2]).to_pylist():
+            self.kinds[entry["values"]] += entry["counts"]
+        self._t, self._node, self._events, self._weight = [], [], [], 0
+
+    def close(self) -> None:
+        self.flush()
+        self._parts.close(self._columns())
+
+    def _columns(self) -> list[Any]:
+        pa, schema, events = self._pa, self._schema, self._events
+        columns = [pa.array(self._t, pa.float64()), pa.array(self._node, pa.int64())]
+        for name in _EVENT_FIELDS:
+            values = list(map(attrgetter(name), events))
+            columns.append(pa.array(values, schema.field(name).type))
+        return columns
+
+
+class NetCounters:
+    """Per-node traffic of the current bucket, written to ``RUN/net/``."""
+
+    def __init__(self, directory: Path, nodes: int) -> None:
+        self._pa, _ = pyarrow_modules()
+        self._schema = net_schema()
+        self._parts = _PartWriter(directory, self._schema)
+        self._nodes = nodes
+        self._counts: dict[str, list[list[int]]] = {}
+        self._rows: list[list[Any]] = [[] for _ in self._schema]
+        self.rows = 0
+
+    def counters(self, label: str) -> list[list[int]]:
+        """The five per-node counter lists of one message type (hot path)."""
+        counts = self._counts.get(label)
+        if counts is None:
+            counts = self._counts[label] = [[0] * self._nodes for _ in NET_COLUMNS]
+        return counts
+
+    def sent(self, node: int, label: str, size: int) -> None:
+        counts = self.counters(label)
+        counts[_SENT][node] += 1
+        counts[_SENT_BYTES][node] += size
+
+    def received(self, node: int, label: str, size: int) -> None:
+        counts = self.counters(label)
+        counts[_RECV][node] += 1
+        counts[_RECV_BYTES][node] += size
+
+    def lost(self, nodes: list[int], label: str) -> None:
+        lost = self.counters(label)[_LOST]
+        for node in nodes:
+            lost[node] += 1
+
+    def roll(self, bucket_start: float) -> None:
+        """Emit the finished bucket's non-zero rows and start a new bucket."""
+        rows = self._rows
+        for label in sorted(self._counts):
+            counts = self._counts[label]
+            for node, values in enumerate(zip(*counts)):
+                if any(values):
+                    for column, value in zip(rows, (bucket_start, node, label, *values)):
+                        column.append(value)
+        self._counts = {}
+        if len(rows[0]) >= ROW_BUDGET:
+            self._write()
+
+    def close(self, bucket_start: float) -> None:
+        self.roll(bucket_start)
+        self._write()
+        self._parts.close(self._arrays([[] for _ in self._schema]))
+
+    def _write(self) -> None:
+        if self._rows[0]:
+            self._parts.write(self._arrays(self._rows))
+            self.rows += len(self._rows[0])
+            self._rows = [[] for _ in self._schema]
+
+    def _arrays(self, rows: list[list[Any]]) -> list[Any]:
+        return [self._pa.array(values, field.type) for values, field in zip(rows, self._schema)]
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,110 @@
+"""`sgcs simulate`: exit codes, one-line errors, the summary, and the bug path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sgcs import __version__
+from sgcs.cli import main
+from sgcs.node import Node
+from simulations.simulator import SimulationBug
+
+GOOD = """
+seed = 3
+nodes = 8
+duration = 1.0
+[[groups]]
+name = "g"
+members = "all"
+rate = 20.0
+size = 10
+"""
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "scenario.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_good_scenario_exits_0_with_a_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code = main(["simulate", _write(tmp_path, GOOD), "--out", str(out), "--seed", "4", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "mean reliability" in captured.out and str(out) in captured.out
+    assert (out / "meta.json").is_file() and (out / "events").is_dir() and (out / "net").is_dir()
+
+
+def test_default_scenario_with_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "--out", str(tmp_path / "run"), "--nodes", "12", "--duration", "1", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "simulated 12 nodes for 1 s" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("text", "extra", "expected"),
+    [
+        (GOOD.replace("rate = 20.0", "rate = \"fast\""), [], "groups[0].rate: must be a number"),
+        (GOOD + "[[faults]]\nat = 0.5\ncrash = [900]\n", [], "faults[0].crash: node 900 is not in 0..7"),
+        (GOOD, ["--nodes", "0"], "nodes: 0 is not in"),
+        (GOOD, ["--seed", "-2"], "seed: -2 is not in"),
+        ("nodes = [", [], "invalid TOML"),
+    ],
+)
+def test_bad_scenario_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, extra: list[str], expected: str
+) -> None:
+    code = main(["simulate", _write(tmp_path, text), "--out", str(tmp_path / "run"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err and err.count("\n") == 1, err
+
+
+def test_missing_scenario_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "run")]) == 2
+    assert "cannot read scenario" in capsys.readouterr().err
+
+
+def test_bad_arguments_exit_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["simulate", "--seed", "x", "--out", "r"])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["--version"])
+    assert caught.value.code == 0 and __version__ in capsys.readouterr().out
+
+
+def test_console_entry_point_in_a_subprocess(tmp_path: Path) -> None:
+    bad = _write(tmp_path, GOOD + "[network]\nloss = 2.0\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "sgcs.cli", "simulate", bad, "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=120,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == "sgcs simulate: error: network.loss: 2.0 is not in [0, 1]"
+
+
+def test_a_bug_prints_seed_and_replay_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: Node, src: object, data: bytes, now: float) -> list[object]:
+        raise ZeroDivisionError("deliberate")
+
+    monkeypatch.setattr(Node, "handle_datagram", broken)
+    scenario = _write(tmp_path, GOOD)
+    with pytest.raises(SimulationBug) as caught:
+        main(["simulate", scenario, "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert caught.value.seed == 3 and isinstance(caught.value.__cause__, ZeroDivisionError)
+    assert "seed 3" in err and "ZeroDivisionError: deliberate" in err
+    assert f"replay with: sgcs simulate {scenario} --out {tmp_path / 'run'} --seed 3 --nodes 8 --duration 1.0" in err
