@@ -15,10 +15,13 @@ three-phase view agreement (SGCS paper, section 4).
 from __future__ import annotations
 
 import hashlib
+import struct
 
 
 def view_id_of(members: tuple[int, ...]) -> str:
-    digest = hashlib.blake2b(b"".join(m.to_bytes(8, "big") for m in members), digest_size=8)
+    # One struct.pack, not a to_bytes per member: the simulator builds 10,000
+    # views of 10,000 members at start-up. Same bytes as before.
+    digest = hashlib.blake2b(struct.pack(f"!{len(members)}Q", *members), digest_size=8)
     return f"v{len(members)}-{digest.hexdigest()}"
 
 
