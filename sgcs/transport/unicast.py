@@ -1,0 +1,135 @@
+"""Reliable unicast between two members of a group (issue: transport, point 7).
+
+Theory of operation
+-------------------
+Each ordered pair (sender, destination) has its own sequence numbers, so a
+unicast never leaves a gap in the multicast stream that other members would
+try to repair. The sender keeps every record until the destination's
+cumulative ACK covers it and retransmits what is still unacknowledged after a
+retransmission timeout that doubles on each try, up to ``rto_max``. The
+receiver delivers in order, reassembles fragments, and answers every record
+with its cumulative ACK (a duplicate means our ACK was lost, so it is answered
+too). Unacknowledged records per destination are capped by ``window_max``: at
+the cap the application waits, as for multicast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .records import MORE_FRAGMENTS, Message, Record
+
+RTO_MIN = 0.05
+RTO_MAX = 1.0
+
+
+@dataclass(slots=True)
+class _Outgoing:
+    next_seq: int = 1
+    unacked: dict[int, Record] = field(default_factory=dict)
+    retransmit_at: float | None = None
+    rto: float = RTO_MIN
+
+
+@dataclass(slots=True)
+class _Incoming:
+    contig: int = 0
+    pending: dict[int, Record] = field(default_factory=dict)
+    fragments: list[Record] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class UnicastSend:
+    """Records to send to ``dst``; ``retransmit`` marks repeats."""
+
+    dst: int
+    records: tuple[Record, ...]
+    retransmit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UnicastAck:
+    """Cumulative ACK for ``dst``: we hold all its unicasts to us up to ``high``."""
+
+    dst: int
+    high: int
+
+
+class UnicastStreams:
+    """All of one member's unicast streams in one group."""
+
+    def __init__(self, me: int, fragment_size: int, window_max: int) -> None:
+        self.me = me
+        self.fragment_size = fragment_size
+        self.window_max = window_max
+        self._out: dict[int, _Outgoing] = {}
+        self._in: dict[int, _Incoming] = {}
+        self.retransmissions = 0
+
+    def blocked(self, dst: int) -> bool:
+        out = self._out.get(dst)
+        return out is not None and len(out.unacked) >= self.window_max
+
+    def send(self, dst: int, payload: bytes, now: float) -> tuple[int, UnicastSend]:
+        out = self._out.setdefault(dst, _Outgoing())
+        size = self.fragment_size
+        pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
+        first = out.next_seq
+        records = []
+        for i, piece in enumerate(pieces):
+            flags = MORE_FRAGMENTS if i < len(pieces) - 1 else 0
+            records.append(Record(self.me, out.next_seq, (), flags, bytes(piece)))
+            out.unacked[out.next_seq] = records[-1]
+            out.next_seq += 1
+        if out.retransmit_at is None:
+            out.retransmit_at = now + out.rto
+        return first, UnicastSend(dst, tuple(records), retransmit=False)
+
+    def on_records(self, src: int, records: tuple[Record, ...]) -> tuple[list[Message], UnicastAck]:
+        incoming = self._in.setdefault(src, _Incoming())
+        delivered: list[Message] = []
+        for record in records:
+            if incoming.contig < record.seq <= incoming.contig + self.window_max:
+                incoming.pending.setdefault(record.seq, record)
+        while incoming.contig + 1 in incoming.pending:
+            incoming.contig += 1
+            record = incoming.pending.pop(incoming.contig)
+            incoming.fragments.append(record)
+            if not record.flags & MORE_FRAGMENTS:
+                first = incoming.fragments[0]
+                payload = b"".join(r.payload for r in incoming.fragments)
+                delivered.append(Message(src, first.seq, (), payload))
+                incoming.fragments = []
+        return delivered, UnicastAck(src, incoming.contig)
+
+    def on_ack(self, src: int, high: int) -> None:
+        out = self._out.get(src)
+        if out is None:
+            return
+        for seq in [s for s in out.unacked if s <= high]:
+            del out.unacked[seq]
+        out.rto = RTO_MIN
+        out.retransmit_at = None if not out.unacked else out.retransmit_at
+
+    def on_timeout(self, now: float, budget: int) -> list[UnicastSend]:
+        sends = []
+        for dst, out in self._out.items():
+            if out.retransmit_at is not None and out.retransmit_at <= now and out.unacked:
+                records = tuple(out.unacked[s] for s in sorted(out.unacked)[:budget])
+                self.retransmissions += len(records)
+                sends.append(UnicastSend(dst, records, retransmit=True))
+                out.rto = min(RTO_MAX, out.rto * 2)
+                out.retransmit_at = now + out.rto
+        return sends
+
+    def next_deadline(self) -> float | None:
+        times = [o.retransmit_at for o in self._out.values() if o.retransmit_at is not None and o.unacked]
+        return min(times) if times else None
+
+    def forget(self, member: int) -> None:
+        """A member left: its streams, both ways, are gone."""
+        self._out.pop(member, None)
+        self._in.pop(member, None)
+
+    def buffered(self) -> int:
+        return sum(len(o.unacked) for o in self._out.values()) + sum(len(i.pending) for i in self._in.values())
