@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .config import Config, Order
-from .errors import DecodeError, SgcsError, UsageError
+from .errors import DecodeError, SgcsError, UsageError, WouldBlock
 
 if TYPE_CHECKING:
     from .api import Delivery, Event, GroupHandle, NodeHandle, View, ViewChange, open_node
@@ -27,6 +27,7 @@ __all__ = [
     "SgcsError",
     "UsageError",
     "View",
+    "WouldBlock",
     "ViewChange",
     "__version__",
     "open_node",

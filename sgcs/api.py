@@ -136,14 +136,19 @@ class GroupHandle:
         if not self._left and not self._driver.closed and self._name in self._driver.node.groups:
             self._last_view = View(*self._driver.node.view(self._name))
 
-    async def send(self, payload: bytes, *, to: int | None = None) -> None:
+    async def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> None:
         """Multicast ``payload`` to the group (this node delivers it too), or
-        unicast it to member ``to``. Waits while this group's event queue is full."""
+        unicast it to member ``to``, reliably.
+
+        Flow control: waits while the group's window of unstable messages is
+        full (``Config.window_max``) or its send delay has not passed, and while
+        this group's event queue is full. ``block=False`` raises
+        ``sgcs.WouldBlock`` instead of waiting for the window."""
         node = self._driver.node
         if self._left:
             raise UsageError(f"group {self._name!r} was left; join it again to send")
         if to is None:
-            await self._driver.call(partial(node.multicast, self._name, payload))
+            await self._driver.multicast(self._name, payload, block=block)
         else:
             await self._driver.call(partial(node.unicast, self._name, to, payload))
 

@@ -79,6 +79,30 @@ class Config:
     # -- protocol (both drivers) --
     beacon_interval: float = 1.0
     """Seconds between discovery beacons while a group's members are not given."""
+    gossip_interval: float = 0.1
+    """Seconds between PSRM digests to one partner of the partial view."""
+    nack_delay: float = 0.01
+    """Seconds from detecting a loss to the first NACK (jittered x0.5..1.5), then doubling."""
+    nack_backoff_max: float = 1.0
+    """Longest wait between two NACKs for the same gap, seconds."""
+    ack_interval: float = 0.1
+    """An idle member multicasts its new ACKs (a null message) after this many seconds."""
+    window_max: int = 4_096
+    """Unstable messages (all senders) at which application sends wait."""
+    send_delay_min: float = 0.0
+    """Seconds between two sends at an empty window."""
+    send_delay_scale: float = 0.001
+    """Send delay = send_delay_min + send_delay_scale * W / (window_max - W), seconds."""
+    max_message: int = 16 * 1024 * 1024
+    """Largest application message in bytes; larger ones are fragmented up to this."""
+    flush_delay: float = 0.0
+    """Seconds a multicast may wait to share a datagram with the next ones (batching)."""
+    shuffle_rounds: int = 10
+    """Gossip rounds between re-samplings of the O(log N) partial view."""
+    nack_enabled: bool = True
+    """False: repair by gossip only (to measure plain PSRM)."""
+    gossip_enabled: bool = True
+    """False: repair by NACK only."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -123,6 +147,16 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
     ("max_datagram", int, MIN_DATAGRAM, MAX_UDP_PAYLOAD),
     ("app_queue", int, 1, 1_000_000),
     ("beacon_interval", (int, float), 0.01, 3_600.0),
+    ("gossip_interval", (int, float), 0.001, 60.0),
+    ("nack_delay", (int, float), 0.0001, 10.0),
+    ("nack_backoff_max", (int, float), 0.001, 60.0),
+    ("ack_interval", (int, float), 0.001, 60.0),
+    ("window_max", int, 16, 1_000_000),
+    ("send_delay_min", (int, float), 0.0, 10.0),
+    ("send_delay_scale", (int, float), 0.0, 10.0),
+    ("max_message", int, 1, 1 << 30),
+    ("flush_delay", (int, float), 0.0, 1.0),
+    ("shuffle_rounds", int, 1, 1_000_000),
 )
 
 
@@ -133,6 +167,9 @@ def _validate(config: Config) -> None:
             raise UsageError(f"Config.{name} must be a number in [{low}, {high}], got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             raise UsageError(f"Config.{name} must be in [{low}, {high}], got {value!r}")
+    for name in ("multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled"):
+        if not isinstance(getattr(config, name), bool):
+            raise UsageError(f"Config.{name} must be true or false, got {getattr(config, name)!r}")
     if not isinstance(config.secret, bytes) or len(config.secret) < 8:
         raise UsageError("Config.secret must be at least 8 bytes, shared by every member of the group")
     if config.node_id is not None and not (

@@ -31,3 +31,11 @@ class DecodeError(SgcsError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class WouldBlock(SgcsError):
+    """A non-blocking send found the flow-control window full.
+
+    Not a misuse: wait (``await group.send(...)`` does) and send again once
+    messages have become stable.
+    """

@@ -17,9 +17,12 @@ messages by type through a table. Addresses are opaque: the node learns a
 member's address from its authenticated datagrams, or asks the ``resolve``
 function it was given (the simulator's addresses are the node ids).
 
-Today each group runs the foundation stack: unreliable multicast
-(``transport.unreliable``), a per-sender FIFO gate (``ordering.fifo``) and a
-view grown on contact (``membership.static``).
+Each group runs the reliable transport (``transport.reliable`` for multicast,
+``transport.unicast`` for unicast), which delivers exactly once and in FIFO
+order per sender, over a view grown on contact (``membership.static``).
+Multicast records wait in a per-group outbox for ``flush_delay`` so that
+several messages share a datagram (batching); the node's transport outputs
+are framed here (``group.py``) into datagrams of at most ``max_datagram``.
 """
 
 from __future__ import annotations
@@ -30,10 +33,9 @@ from typing import Callable, Iterable
 
 from .actions import Action, Address, Deliver, Multicast, Send, TraceEvent, ViewInstalled
 from .config import Config, Order
-from .errors import DecodeError, UsageError
-from .membership.static import View
-from .ordering.fifo import FifoGate
-from .transport.unreliable import UnreliableTransport
+from .errors import DecodeError, UsageError, WouldBlock
+from .group import GroupStack, build_params
+from .transport.records import Message
 from .wire import (
     MAX_GROUP_NAME,
     Flag,
@@ -41,15 +43,17 @@ from .wire import (
     HelloMsg,
     LeaveMsg,
     MsgType,
-    decode_data_untrusted,
     decode_datagram_untrusted,
+    decode_entries_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
+    decode_nack_untrusted,
+    decode_records_untrusted,
+    decode_unicast_untrusted,
     derive_key,
     encode_hello,
     encode_leave,
     group_tag,
-    max_payload,
     seal,
 )
 
@@ -61,7 +65,7 @@ MAX_GROUPS = 1_024
 
 @dataclass(frozen=True, slots=True)
 class NodeStatistics:
-    """Counters of one node since it started."""
+    """Counters of one node since it started; transport figures summed over groups."""
 
     datagrams_received: int
     bytes_received: int
@@ -73,25 +77,17 @@ class NodeStatistics:
     drop_reasons: dict[str, int] = field(default_factory=dict)
     foreign: int = 0
     """Valid datagrams for groups this node has not joined (shared multicast address)."""
-    refused_out_of_order: int = 0
+    duplicates: int = 0
+    nacks_sent: int = 0
+    retransmissions: int = 0
+    gossip_pushes: int = 0
+    repaired_by_nack: int = 0
+    repaired_by_gossip: int = 0
+    buffered: int = 0
+    """Records held for retransmission, not yet stable (the flow window)."""
+    peak_buffered: int = 0
+    unicast_retransmissions: int = 0
     groups: int = 0
-
-
-class _Group:
-    """One group's stack on this node."""
-
-    __slots__ = ("name", "tag", "order", "view", "transport", "gate", "unicast_gate", "discovering", "next_beacon")
-
-    def __init__(self, name: str, order: Order, view: View, transport: UnreliableTransport) -> None:
-        self.name = name
-        self.tag = group_tag(name)
-        self.order = order
-        self.view = view
-        self.transport = transport
-        self.gate = FifoGate()
-        self.unicast_gate = FifoGate()
-        self.discovering = False
-        self.next_beacon: float | None = None
 
 
 _Handler = Callable[["Node", Header, bytes, Address, float], list[Action]]
@@ -117,8 +113,9 @@ class Node:
         self.trace = trace
         self._resolve = resolve
         self._key = derive_key(config.secret)
-        self._groups: dict[str, _Group] = {}
-        self._by_tag: dict[int, _Group] = {}
+        self._params = build_params(config)
+        self._groups: dict[str, GroupStack] = {}
+        self._by_tag: dict[int, GroupStack] = {}
         self._addresses: dict[int, Address] = {}
         self._counts = {"rx": 0, "rx_bytes": 0, "tx": 0, "tx_bytes": 0, "sent": 0, "delivered": 0, "foreign": 0}
         self._drops: dict[str, int] = {}
@@ -126,10 +123,17 @@ class Node:
     # ------------------------------------------------------------------ commands
 
     def join(
-        self, group: str, now: float, order: Order | str = Order.FIFO, members: Iterable[int] | None = None
+        self, group: str, now: float, order: Order | str = Order.FIFO, members: Iterable[int] | None = None,
+        from_start: bool | None = None,
     ) -> list[Action]:
-        """Join ``group``. ``members``: the known membership (no discovery needed);
-        None: start as a singleton view and discover the others by beacons."""
+        """Join ``group``.
+
+        ``members``: the known membership (no discovery needed); None: start as
+        a singleton view and discover the others by beacons. ``from_start``
+        (default: True when ``members`` is given) says the group starts now, so
+        every member's stream is expected from its first message; otherwise we
+        join running streams at the first record we see, and announce ourselves
+        so the others reset any stream of an earlier incarnation of ours."""
         _check_group_name(group)
         if group in self._groups:
             raise UsageError(f"already a member of group {group!r}; leave it first")
@@ -137,20 +141,17 @@ class Node:
             raise UsageError(f"a node may join at most {MAX_GROUPS} groups")
         if group_tag(group) in self._by_tag:
             raise UsageError(f"group name {group!r} collides on the wire with a joined group; rename it")
-        state = _Group(
-            group,
-            Order.parse(order),
-            View({self.id, *(members or ())}),
-            UnreliableTransport(self._key, self.id, group_tag(group)),
-        )
+        initial = {self.id, *(members or ())}
+        fresh = members is not None if from_start is None else from_start
+        state = GroupStack(group, Order.parse(order), self.id, initial, self._params, self.rng, now, fresh)
         self._groups[group] = state
         self._by_tag[state.tag] = state
         out: list[Action] = []
         self._trace(out, "join", group=group)
         self._install(out, state)
         if members is None:
-            state.discovering = True
             state.next_beacon = now + self.config.beacon_interval
+        if not fresh:
             self._multicast_hello(out, state, reply_wanted=True)
         return out
 
@@ -158,6 +159,7 @@ class Node:
         """Leave ``group`` gracefully: tell the others so nobody waits to suspect us."""
         state = self._group(group)
         out: list[Action] = []
+        self._flush(out, state)
         body = encode_leave(LeaveMsg(state.tag))
         self._emit(out, Multicast(seal(self._key, MsgType.LEAVE, Flag.NONE, self.id, body), MsgType.LEAVE, group))
         self._trace(out, "leave", group=group, view_id=state.view.view_id)
@@ -165,35 +167,46 @@ class Node:
         del self._by_tag[state.tag]
         return out
 
+    def send_ready_at(self, group: str, now: float) -> float | None:
+        """When the next multicast to ``group`` may go (flow control): ``now`` or
+        later, or None while the window is full (wait for the node to progress)."""
+        return self._group(group).ready_at(now)
+
     def multicast(self, group: str, payload: bytes, now: float) -> list[Action]:
-        """Send ``payload`` to every member of ``group``, this node included."""
+        """Send ``payload`` to every member of ``group``, this node included.
+        Raises ``WouldBlock`` while the flow-control window is full."""
         state = self._group(group)
-        self._check_payload(payload, unicast=False)
-        seq, data = state.transport.frame_multicast(payload)
+        self._check_payload(payload)
+        if state.ready_at(now) is None:
+            raise WouldBlock(f"group {group!r}: {state.stream.window()} messages await stability (window_max)")
+        seq, outputs = state.stream.send(bytes(payload), now)
+        state.last_send = now
         out: list[Action] = []
         self._counts["sent"] += 1
         self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
                     view_id=state.view.view_id, optimistic=False, size=len(payload))
-        self._emit(out, Multicast(data, MsgType.DATA, group))
-        state.gate.admit(self.id, seq)
-        self._deliver(out, state, self.id, seq, payload, None)
+        state.queue(outputs, now)  # flushed by handle_timeout, with whatever else is sent meanwhile
+        self._deliver(out, state, Message(self.id, seq, (), bytes(payload)), None)
+        if state.outbox_full():
+            self._flush(out, state)
         return out
 
     def unicast(self, group: str, member: int, payload: bytes, now: float) -> list[Action]:
-        """Send ``payload`` to one member of ``group``."""
+        """Send ``payload`` reliably to one member of ``group``."""
         state = self._group(group)
-        if member not in state.view:
-            raise UsageError(f"{member} is not a member of group {group!r}; see group.view")
-        address = self._address_of(member)
-        if address is None:
+        if member not in state.view or member == self.id:
+            raise UsageError(f"{member} is not another member of group {group!r}; see group.view")
+        if self._address_of(member) is None:
             raise UsageError(f"no address known yet for member {member}; wait until it has been heard from")
-        self._check_payload(payload, unicast=True)
-        seq, data = state.transport.frame_unicast(member, payload)
+        self._check_payload(payload)
+        if state.unicast.blocked(member):
+            raise WouldBlock(f"group {group!r}: member {member} has not acknowledged {self.config.window_max} unicasts")
+        seq, send = state.unicast.send(member, bytes(payload), now)
         out: list[Action] = []
         self._counts["sent"] += 1
         self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
                     view_id=state.view.view_id, optimistic=False, size=len(payload), dest=member)
-        self._emit(out, Send(address, data, MsgType.DATA))
+        self._route(out, state, [send])
         return out
 
     # ------------------------------------------------------------------ inputs
@@ -216,15 +229,18 @@ class Node:
         """Run every timer that is due at ``now``."""
         out: list[Action] = []
         for state in self._groups.values():
+            if state.flush_at is not None and state.flush_at <= now:
+                self._flush(out, state)
             if state.next_beacon is not None and state.next_beacon <= now:
                 state.next_beacon = now + self.config.beacon_interval
                 self._multicast_hello(out, state, reply_wanted=False)
+            self._route(out, state, state.on_timeout(now))
         return out
 
     def next_deadline(self) -> float | None:
         """The earliest time at which ``handle_timeout`` has work, or None."""
-        beacons = [s.next_beacon for s in self._groups.values() if s.next_beacon is not None]
-        return min(beacons) if beacons else None
+        deadlines = [d for d in (s.next_deadline() for s in self._groups.values()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------------ queries
 
@@ -241,38 +257,78 @@ class Node:
 
     def statistics(self) -> NodeStatistics:
         c = self._counts
+        streams = [g.stream.statistics() for g in self._groups.values()]
+
+        def total(name: str) -> int:
+            return sum(getattr(s, name) for s in streams)
+
         return NodeStatistics(
             datagrams_received=c["rx"], bytes_received=c["rx_bytes"], datagrams_sent=c["tx"],
             bytes_sent=c["tx_bytes"], messages_sent=c["sent"], messages_delivered=c["delivered"],
             dropped=sum(self._drops.values()), drop_reasons=dict(self._drops), foreign=c["foreign"],
-            refused_out_of_order=sum(g.gate.refused + g.unicast_gate.refused for g in self._groups.values()),
+            duplicates=total("duplicates"), nacks_sent=total("nacks_sent"), retransmissions=total("retransmissions"),
+            gossip_pushes=total("gossip_pushes"), repaired_by_nack=total("repaired_by_nack"),
+            repaired_by_gossip=total("repaired_by_gossip"), buffered=total("buffered"),
+            peak_buffered=total("peak_buffered"),
+            unicast_retransmissions=sum(g.unicast.retransmissions for g in self._groups.values()),
             groups=len(self._groups),
         )
 
     # ------------------------------------------------------------------ message handlers
 
-    def _on_data(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
-        msg = decode_data_untrusted(body, header.flags)
-        state = self._by_tag.get(msg.group_tag)
+    def _on_records(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
+        if header.flags & Flag.UNICAST:
+            return self._on_unicast(header, body, now)
+        tag, records = decode_records_untrusted(body)
+        state = self._member_group(tag)
         if state is None:
-            self._counts["foreign"] += 1
             return []
-        if msg.dest is not None and msg.dest != self.id:
+        out: list[Action] = []
+        self._admit_member(out, state, header.sender)
+        kind = _RECORD_KINDS[header.msg_type]
+        for message in state.stream.on_records(header.sender, records, kind, now):
+            self._deliver(out, state, message, None)
+        return out
+
+    def _on_unicast(self, header: Header, body: bytes, now: float) -> list[Action]:
+        dest, tag, records = decode_unicast_untrusted(body)
+        state = self._member_group(tag)
+        if state is None:
+            return []
+        if dest != self.id or any(r.sender != header.sender for r in records):
             return self._drop("misaddressed")
         out: list[Action] = []
         self._admit_member(out, state, header.sender)
-        gate = state.gate if msg.dest is None else state.unicast_gate
-        if gate.admit(header.sender, msg.seq):
-            self._deliver(out, state, header.sender, msg.seq, msg.payload, msg.dest)
+        messages, ack = state.unicast.on_records(header.sender, records)
+        for message in messages:
+            self._deliver(out, state, message, self.id)
+        self._route(out, state, [ack])
+        return out
+
+    def _on_nack(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
+        tag, sender, ranges, pull = decode_nack_untrusted(body)
+        state = self._member_group(tag)
+        out: list[Action] = []
+        if state is not None:
+            self._route(out, state, state.stream.on_nack(header.sender, sender, ranges, pull))
+        return out
+
+    def _on_entries(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
+        tag, entries = decode_entries_untrusted(body)
+        state = self._member_group(tag)
+        out: list[Action] = []
+        if state is not None:
+            self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now))
         return out
 
     def _on_hello(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
         msg = decode_hello_untrusted(body)
-        state = self._by_tag.get(msg.group_tag)
+        state = self._member_group(msg.group_tag)
         if state is None:
-            self._counts["foreign"] += 1
             return []
         out: list[Action] = []
+        if msg.reply_wanted and header.sender in state.view:
+            state.restart_member(header.sender)  # it joins afresh: its old streams are void
         self._admit_member(out, state, header.sender)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
@@ -281,23 +337,25 @@ class Node:
 
     def _on_leave(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
         msg = decode_leave_untrusted(body)
-        state = self._by_tag.get(msg.group_tag)
-        if state is None:
-            self._counts["foreign"] += 1
-            return []
+        state = self._member_group(msg.group_tag)
         out: list[Action] = []
-        if state.view.remove(header.sender):
-            state.gate.forget(header.sender)
+        if state is not None and state.remove_member(header.sender):
             self._install(out, state)
         return out
 
     # ------------------------------------------------------------------ helpers
 
-    def _group(self, group: str) -> _Group:
+    def _group(self, group: str) -> GroupStack:
         try:
             return self._groups[group]
         except KeyError:
             raise UsageError(f"not a member of group {group!r}; join it first") from None
+
+    def _member_group(self, tag: int) -> GroupStack | None:
+        state = self._by_tag.get(tag)
+        if state is None:
+            self._counts["foreign"] += 1
+        return state
 
     def _address_of(self, member: int) -> Address | None:
         address = self._addresses.get(member)
@@ -305,33 +363,48 @@ class Node:
             address = self._resolve(member)
         return address
 
-    def _check_payload(self, payload: bytes, unicast: bool) -> None:
+    def _check_payload(self, payload: bytes) -> None:
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise UsageError(f"payload must be bytes, got {type(payload).__name__}")
-        limit = max_payload(self.config.max_datagram, unicast)
-        if len(payload) > limit:
+        if len(payload) > self.config.max_message:
             raise UsageError(
-                f"payload of {len(payload)} bytes exceeds {limit} (max_datagram={self.config.max_datagram}); "
-                "raise Config.max_datagram or send smaller messages"
+                f"payload of {len(payload)} bytes exceeds Config.max_message={self.config.max_message}; "
+                "raise it or send smaller messages"
             )
 
-    def _admit_member(self, out: list[Action], state: _Group, member: int) -> None:
-        if state.view.add(member):
+    def _admit_member(self, out: list[Action], state: GroupStack, member: int) -> None:
+        if state.add_member(member):
             self._install(out, state)
 
-    def _install(self, out: list[Action], state: _Group) -> None:
+    def _install(self, out: list[Action], state: GroupStack) -> None:
         view = state.view
         out.append(ViewInstalled(state.name, view.view_id, view.members))
         self._trace(out, "view", group=state.name, view_id=view.view_id, members=view.members)
 
-    def _deliver(self, out: list[Action], state: _Group, sender: int, seq: int, payload: bytes, dest: int | None) -> None:
+    def _deliver(self, out: list[Action], state: GroupStack, message: Message, dest: int | None) -> None:
         self._counts["delivered"] += 1
         view_id = state.view.view_id
-        out.append(Deliver(state.name, sender, seq, payload, view_id, dest))
-        self._trace(out, "deliver", group=state.name, sender=sender, seq=seq, order=state.order.value,
-                    view_id=view_id, optimistic=False, size=len(payload), dest=dest)
+        out.append(Deliver(state.name, message.sender, message.seq, message.payload, view_id, dest))
+        self._trace(out, "deliver", group=state.name, sender=message.sender, seq=message.seq,
+                    order=state.order.value, view_id=view_id, optimistic=False, size=len(message.payload), dest=dest)
 
-    def _multicast_hello(self, out: list[Action], state: _Group, reply_wanted: bool) -> None:
+    def _flush(self, out: list[Action], state: GroupStack) -> None:
+        self._route(out, state, state.take_outbox())
+
+    def _route(self, out: list[Action], state: GroupStack, outputs: list) -> None:
+        """Frame transport outputs as datagrams: multicast, or to a member's address."""
+        for msg_type, dst, flags, body in state.frame(outputs):
+            data = seal(self._key, msg_type, flags, self.id, body)
+            if dst is None:
+                self._emit(out, Multicast(data, msg_type, state.name))
+                continue
+            address = self._address_of(dst)
+            if address is None:
+                self._drops["no_address"] = self._drops.get("no_address", 0) + 1
+                continue
+            self._emit(out, Send(address, data, msg_type))
+
+    def _multicast_hello(self, out: list[Action], state: GroupStack, reply_wanted: bool) -> None:
         body = encode_hello(HelloMsg(state.tag, state.order, reply_wanted))
         data = seal(self._key, MsgType.HELLO, Flag.NONE, self.id, body)
         self._emit(out, Multicast(data, MsgType.HELLO, state.name))
@@ -357,8 +430,17 @@ def _check_group_name(name: str) -> None:
         raise UsageError(f"group name must be a non-empty string of at most {MAX_GROUP_NAME} UTF-8 bytes")
 
 
+_RECORD_KINDS = {MsgType.DATA: "data", MsgType.RETRANSMIT: "retransmit", MsgType.GOSSIP: "gossip"}
+
 _HANDLERS: dict[MsgType, _Handler] = {
-    MsgType.DATA: Node._on_data,
+    MsgType.DATA: Node._on_records,
+    MsgType.RETRANSMIT: Node._on_records,
+    MsgType.GOSSIP: Node._on_records,
+    MsgType.NACK: Node._on_nack,
+    MsgType.DIGEST: Node._on_entries,
+    MsgType.NULL: Node._on_entries,
+    MsgType.STABLE: Node._on_entries,
+    MsgType.UNICAST_ACK: Node._on_entries,
     MsgType.HELLO: Node._on_hello,
     MsgType.LEAVE: Node._on_leave,
 }

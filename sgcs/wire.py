@@ -54,6 +54,7 @@ class MsgType(enum.IntEnum):
     DIGEST = 7
     NULL = 8
     STABLE = 9
+    UNICAST_ACK = 10
 
     @property
     def label(self) -> str:
@@ -75,14 +76,6 @@ class Header:
     msg_type: MsgType
     flags: Flag
     sender: int
-
-
-@dataclass(frozen=True, slots=True)
-class DataMsg:
-    group_tag: int
-    seq: int
-    dest: int | None
-    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,29 +131,6 @@ def decode_datagram_untrusted(data: bytes, key: bytes) -> tuple[Header, bytes]:
     return Header(msg_type, flags, sender), signed[HEADER.size :]
 
 
-_DATA = struct.Struct("!QQI")
-_DATA_UNICAST = struct.Struct("!QQQI")
-
-
-def encode_data(msg: DataMsg) -> bytes:
-    if msg.dest is None:
-        return _DATA.pack(msg.group_tag, msg.seq, len(msg.payload)) + msg.payload
-    return _DATA_UNICAST.pack(msg.group_tag, msg.seq, msg.dest, len(msg.payload)) + msg.payload
-
-
-def decode_data_untrusted(body: bytes, flags: Flag) -> DataMsg:
-    unicast = bool(flags & Flag.UNICAST)
-    layout = _DATA_UNICAST if unicast else _DATA
-    if len(body) < layout.size:
-        raise DecodeError("length", "data body too short")
-    fields = layout.unpack_from(body)
-    length = fields[-1]
-    if length != len(body) - layout.size:
-        raise DecodeError("length", f"payload says {length}, has {len(body) - layout.size}")
-    dest = fields[2] if unicast else None
-    return DataMsg(fields[0], fields[1], dest, bytes(body[layout.size :]))
-
-
 _HELLO = struct.Struct("!QBB")
 
 
@@ -189,10 +159,6 @@ def decode_leave_untrusted(body: bytes) -> LeaveMsg:
         raise DecodeError("length", "leave body")
     return LeaveMsg(*_LEAVE.unpack(body))
 
-
-def max_payload(max_datagram: int, unicast: bool = False) -> int:
-    """Largest application payload that fits one datagram of this budget."""
-    return max_datagram - OVERHEAD - (_DATA_UNICAST if unicast else _DATA).size
 
 
 # ---------------------------------------------------------------- reliable transport
@@ -287,7 +253,9 @@ def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
             raise DecodeError("length", "record header")
         sender, seq, flags, length, ack_len = _RECORD.unpack_from(body, pos)
         pos += _RECORD.size
-        if sender >= 2**63 or flags > 1 or pos + ack_len + length > len(body):
+        if pos + ack_len + length > len(body):
+            raise DecodeError("length", "record longer than the datagram")
+        if sender >= 2**63 or flags > 1:
             raise DecodeError("body", "record fields")
         acks, end = decode_acks_untrusted(body[pos : pos + ack_len])
         if end != ack_len:
@@ -329,3 +297,19 @@ def decode_entries_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], 
     if end != len(body):
         raise DecodeError("length", "trailing bytes")
     return tag, entries
+
+
+_DEST = struct.Struct("!Q")
+
+
+def encode_unicast(dest: int, tag: int, records: "Sequence[Record]") -> bytes:
+    """A unicast's body: the destination member, then records of the pair's stream."""
+    return _DEST.pack(dest) + encode_records(tag, records)
+
+
+def decode_unicast_untrusted(body: bytes) -> "tuple[int, int, tuple[Record, ...]]":
+    if len(body) < _DEST.size:
+        raise DecodeError("length", "unicast destination")
+    (dest,) = _DEST.unpack_from(body)
+    tag, records = decode_records_untrusted(body[_DEST.size :])
+    return dest, tag, records

@@ -28,7 +28,7 @@ from typing import Any
 
 from sgcs.config import Config, Order
 from sgcs.errors import UsageError
-from sgcs.wire import MAX_GROUP_NAME, max_payload
+from sgcs.wire import MAX_GROUP_NAME
 
 from .faultspec import Fault, check_timeline, parse_faults
 from .validate import check_keys, fail, integer, number, show
@@ -226,9 +226,8 @@ def _group(path: str, table: Any, nodes: int, config: Config) -> GroupSpec:
     spec = table.get("members", "all")
     members = _members(f"{path}.members", spec, nodes)
     rate = number(f"{path}.rate", table.get("rate", 0.0), 0.0, MAX_RATE)
-    limit = max_payload(config.max_datagram)
-    size = integer(f"{path}.size", table.get("size", 64), 0, limit,
-                   hint=f" (the largest payload that fits protocol.max_datagram={config.max_datagram})")
+    size = integer(f"{path}.size", table.get("size", 64), 0, config.max_message,
+                   hint=f" (protocol.max_message={config.max_message}; larger messages are fragmented)")
     return GroupSpec(name, order, members, spec, rate, size)
 
 

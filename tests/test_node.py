@@ -12,9 +12,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from sgcs.actions import Deliver, Multicast, Send, TraceEvent, ViewInstalled
 from sgcs.config import Config
-from sgcs.errors import UsageError
+from sgcs.errors import UsageError, WouldBlock
 from sgcs.node import Node
-from sgcs.wire import DataMsg, Flag, MsgType, derive_key, encode_data, group_tag, seal
+from sgcs.transport.records import Record
+from sgcs.wire import Flag, MsgType, derive_key, encode_records, group_tag, seal
 
 CONFIG = Config(secret=b"node-test-secret")
 
@@ -27,26 +28,64 @@ def of(kind: type, actions: list) -> list:
     return [a for a in actions if isinstance(a, kind)]
 
 
+def data_datagrams(node: Node, payloads: list[bytes], now: float) -> list[bytes]:
+    """Multicast ``payloads`` to group g, then flush the outbox (batching)."""
+    for payload in payloads:
+        node.multicast("g", payload, now)
+    return [a.data for a in of(Multicast, node.handle_timeout(now)) if a.msg_type is MsgType.DATA]
+
+
 def test_multicast_reaches_member_and_self() -> None:
     a, b = make_node(1), make_node(2)
     a.join("g", 0.0, members=[1, 2])
     b.join("g", 0.0, members=[1, 2])
     out = a.multicast("g", b"hello", 1.0)
     assert [d.payload for d in of(Deliver, out)] == [b"hello"]  # the sender delivers its own message
-    (datagram,) = of(Multicast, out)
+    assert not of(Multicast, out), "the record waits in the outbox until the flush"
+    (datagram,) = of(Multicast, a.handle_timeout(1.0))
     got = of(Deliver, b.handle_datagram(1, datagram.data, 1.1))
     assert [(d.sender, d.seq, d.payload) for d in got] == [(1, 1, b"hello")]
 
 
-def test_duplicate_and_late_datagrams_are_not_delivered_twice() -> None:
+def test_batching_packs_several_messages_in_one_datagram() -> None:
+    a = make_node(1)
+    a.join("g", 0.0, members=[1, 2])
+    assert len(data_datagrams(a, [b"m%d" % i for i in range(20)], 0.0)) == 1
+
+
+def test_reordered_datagrams_are_delivered_in_order_and_duplicates_once() -> None:
     a, b = make_node(1), make_node(2)
     for n in (a, b):
         n.join("g", 0.0, members=[1, 2])
-    first, second = (of(Multicast, a.multicast("g", p, 0.0))[0].data for p in (b"1", b"2"))
-    assert of(Deliver, b.handle_datagram(1, second, 0.1))
-    assert not of(Deliver, b.handle_datagram(1, first, 0.2))  # late: would break FIFO
+    first, second = (data_datagrams(a, [p], 0.0)[0] for p in (b"1", b"2"))
+    assert not of(Deliver, b.handle_datagram(1, second, 0.1))  # a gap: #1 is missing
+    assert [d.payload for d in of(Deliver, b.handle_datagram(1, first, 0.2))] == [b"1", b"2"]
     assert not of(Deliver, b.handle_datagram(1, second, 0.3))  # duplicate
-    assert b.statistics().refused_out_of_order == 2
+    assert b.statistics().duplicates == 1
+
+
+def test_loss_is_repaired_by_nack() -> None:
+    a, b = make_node(1), make_node(2)
+    for n in (a, b):
+        n.join("g", 0.0, members=[1, 2])
+    lost, second = (data_datagrams(a, [p], 0.0)[0] for p in (b"lost", b"2"))
+    b.handle_datagram(1, second, 0.01)
+    (nack,) = of(Send, b.handle_timeout(b.next_deadline()))
+    assert nack.msg_type is MsgType.NACK and nack.dst == 1
+    (retransmit,) = of(Send, a.handle_datagram(2, nack.data, 0.03))
+    assert retransmit.msg_type is MsgType.RETRANSMIT
+    assert [d.payload for d in of(Deliver, b.handle_datagram(1, retransmit.data, 0.04))] == [b"lost", b"2"]
+    assert b.statistics().repaired_by_nack == 1
+
+
+def test_window_full_raises_would_block() -> None:
+    node = Node(1, Config(secret=b"node-test-secret", window_max=16), random.Random(1), resolve=lambda n: n)
+    node.join("g", 0.0, members=[1, 2])  # member 2 never ACKs: nothing becomes stable
+    for _ in range(16):
+        node.multicast("g", b"x", 0.0)
+    assert node.send_ready_at("g", 0.0) is None
+    with pytest.raises(WouldBlock):
+        node.multicast("g", b"x", 0.0)
 
 
 def test_unicast_goes_to_the_member_only() -> None:
@@ -81,7 +120,7 @@ GARBAGE = [
     pytest.param(lambda good: good[:10], "short", id="truncated"),
     pytest.param(
         lambda good: seal(derive_key(CONFIG.secret), MsgType.DATA, Flag.NONE, 1,
-                          encode_data(DataMsg(group_tag("g"), 1, None, b"abc"))[:-1]),
+                          encode_records(group_tag("g"), [Record(1, 1, (), 0, b"abc")])[:-1]),
         "length", id="wrong-length",
     ),
 ]
@@ -92,7 +131,7 @@ def test_garbage_is_dropped_counted_and_traced(mangle, reason: str) -> None:
     a, b = make_node(1), make_node(2)
     for n in (a, b):
         n.join("g", 0.0, members=[1, 2])
-    good = of(Multicast, a.multicast("g", b"x", 0.0))[0].data
+    (good,) = data_datagrams(a, [b"x"], 0.0)
     assert b.handle_datagram(1, mangle(good), 0.1) == [TraceEvent("drop", reason=reason)]
     stats = b.statistics()
     assert (stats.dropped, stats.drop_reasons, stats.messages_delivered) == (1, {reason: 1}, 0)
@@ -106,8 +145,9 @@ def test_garbage_is_dropped_counted_and_traced(mangle, reason: str) -> None:
         (lambda n: n.join("g", 0.0), "already a member"),
         (lambda n: n.join("", 0.0), "group name"),
         (lambda n: n.multicast("g", "text", 0.0), "must be bytes"),
-        (lambda n: n.multicast("g", b"x" * 5_000, 0.0), "exceeds"),
-        (lambda n: n.unicast("g", 99, b"x", 0.0), "not a member"),
+        (lambda n: n.multicast("g", b"x" * (CONFIG.max_message + 1), 0.0), "exceeds"),
+        (lambda n: n.unicast("g", 99, b"x", 0.0), "not another member"),
+        (lambda n: n.unicast("g", 1, b"x", 0.0), "not another member"),
         (lambda n: n.join("h", 0.0, order="sorted"), "not one of"),
     ],
 )

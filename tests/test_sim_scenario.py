@@ -148,7 +148,7 @@ BAD_VALUES = [
     ("groups[0].members", [1, 900], "groups[0].members: node 900 is not in 0..9"),
     ("groups[0].members", [1, 1], "groups[0].members: lists a node id twice"),
     ("groups[0].members", "some", "groups[0].members: must be \"all\""),
-    ("groups[0].size", 100_000, "groups[0].size: 100000 is not in 0.."),
+    ("groups[0].size", 20_000_000, "groups[0].size: 20000000 is not in 0.."),
     ("groups[0].rate", -1, "groups[0].rate"),
     ("groups[0].name", "", "groups[0].name"),
     ("groups[0].colour", "red", "groups[0].colour: unknown field"),

@@ -86,9 +86,11 @@ def test_net_table_and_meta(tmp_path: Path) -> None:
     net = pq.read_table(run / "net")
     assert [(f.name, f.type) for f in net.schema] == NET_TYPES, replay
     frame = net.to_pandas()
-    assert set(frame["msg_type"]) == {"data"}, replay
+    assert "data" in set(frame["msg_type"]) <= {"data", "retransmit", "gossip", "nack", "digest", "null", "stable"}, replay
     assert set(frame["t"]) <= {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}, replay
-    assert frame["sent_count"].sum() == summary.datagrams == summary.sends, replay
+    assert frame["sent_count"].sum() == summary.datagrams, replay
+    data = frame[frame["msg_type"] == "data"]
+    assert 0 < data["sent_count"].sum() <= summary.sends, "batching may pack several messages per datagram"
     assert frame["lost_count"].sum() == summary.lost > 0, replay
     assert not frame.duplicated(subset=["t", "node", "msg_type"]).any(), replay
     meta: dict[str, Any] = json.loads((run / "meta.json").read_text())

@@ -21,7 +21,8 @@ import pytest
 import trio
 
 import sgcs
-from sgcs.wire import DataMsg, Flag, MsgType, derive_key, encode_data, group_tag, seal
+from sgcs.transport.records import Record
+from sgcs.wire import Flag, MsgType, derive_key, encode_records, group_tag, seal
 
 SECRET = b"trio-driver-test-secret"
 WAIT = 10.0
@@ -158,7 +159,7 @@ async def test_garbage_is_dropped_counted_and_harmless(network: dict[str, object
     ):
         await view_with(ga, a.id, b.id)
         await view_with(gb, a.id, b.id)
-        good_body = encode_data(DataMsg(group_tag("g"), 1, None, b"forged"))
+        good_body = encode_records(group_tag("g"), [Record(12345, 1, (), 0, b"forged")])
         garbage = [
             b"\x00garbage" * 8,  # not even the magic
             seal(derive_key(b"some-other-secret"), MsgType.DATA, Flag.NONE, b.id, good_body),  # bad MAC

@@ -11,21 +11,27 @@ from hypothesis import strategies as st
 
 from sgcs.config import Order
 from sgcs.errors import DecodeError
+from sgcs.transport.records import Record
 from sgcs.wire import (
     OVERHEAD,
-    DataMsg,
     Flag,
     HelloMsg,
     LeaveMsg,
     MsgType,
-    decode_data_untrusted,
     decode_datagram_untrusted,
+    decode_entries_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
+    decode_nack_untrusted,
+    decode_records_untrusted,
+    decode_unicast_untrusted,
     derive_key,
-    encode_data,
+    encode_entries,
     encode_hello,
     encode_leave,
+    encode_nack,
+    encode_records,
+    encode_unicast,
     group_tag,
     seal,
 )
@@ -43,16 +49,32 @@ def _independent_tag(hex_signed: str) -> str:
 # (datagram built by sgcs, header hex, body hex), laid out by hand from the spec in sgcs/wire.py
 GOLDEN = [
     pytest.param(
-        lambda: seal(KEY, MsgType.DATA, Flag.NONE, 7, encode_data(DataMsg(group_tag("g"), 1, None, b"hi"))),
+        lambda: seal(KEY, MsgType.DATA, Flag.NONE, 7,
+                     encode_records(group_tag("g"), [Record(7, 1, ((2, 5), (300, 1)), 0, b"hi")])),
         "5347" "01" "01" "00" "0000000000000007",
-        TAG_G + "0000000000000001" "00000002" "6869",
+        # tag, 1 record: sender 7, seq 1, flags 0, 2 payload bytes, 6 ack bytes
+        # (count 2; sender 2, high 5; sender delta 298 = 2*128+42 = varint aa02, high 1), payload
+        TAG_G + "0001" "0000000000000007" "0000000000000001" "00" "00000002" "0006" "02" "0205" "aa0201" "6869",
         id="data-multicast",
     ),
     pytest.param(
-        lambda: seal(KEY, MsgType.DATA, Flag.UNICAST, 7, encode_data(DataMsg(group_tag("g"), 3, 9, b""))),
+        lambda: seal(KEY, MsgType.DATA, Flag.UNICAST, 7,
+                     encode_unicast(9, group_tag("g"), [Record(7, 3, (), 1, b"")])),
         "5347" "01" "01" "01" "0000000000000007",
-        TAG_G + "0000000000000003" "0000000000000009" "00000000",
+        "0000000000000009" + TAG_G + "0001" "0000000000000007" "0000000000000003" "01" "00000000" "0001" "00",
         id="data-unicast",
+    ),
+    pytest.param(
+        lambda: seal(KEY, MsgType.NACK, Flag.NONE, 1, encode_nack(group_tag("g"), 7, ((3, 4), (9, 9)), True)),
+        "5347" "01" "06" "00" "0000000000000001",
+        TAG_G + "0000000000000007" "01" "02" "0000000000000003" "0000000000000004" "0000000000000009" "0000000000000009",
+        id="nack",
+    ),
+    pytest.param(
+        lambda: seal(KEY, MsgType.DIGEST, Flag.NONE, 1, encode_entries(group_tag("g"), ((4, 130),))),
+        "5347" "01" "07" "00" "0000000000000001",
+        TAG_G + "01" "04" "8201",
+        id="digest",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.HELLO, Flag.NONE, 2**63 - 1, encode_hello(HelloMsg(group_tag("chat"), Order.TOTAL, True))),
@@ -79,19 +101,32 @@ def test_group_tag_is_blake2b_64() -> None:
     assert f"{group_tag('g'):016x}" == TAG_G
 
 
-@given(
-    sender=st.integers(0, 2**63 - 1),
-    tag=st.integers(0, 2**64 - 1),
-    seq=st.integers(0, 2**64 - 1),
-    dest=st.none() | st.integers(0, 2**63 - 1),
-    payload=st.binary(max_size=2_000),
+IDS = st.integers(0, 2**63 - 1)
+ACKS = st.lists(st.tuples(IDS, IDS), max_size=20, unique_by=lambda a: a[0]).map(lambda a: tuple(sorted(a)))
+RECORDS = st.lists(
+    st.builds(Record, IDS, st.integers(0, 2**64 - 1), ACKS, st.integers(0, 1), st.binary(max_size=300)), max_size=8
 )
-def test_data_round_trip(sender: int, tag: int, seq: int, dest: int | None, payload: bytes) -> None:
-    msg = DataMsg(tag, seq, dest, payload)
+
+
+@given(sender=IDS, tag=st.integers(0, 2**64 - 1), dest=st.none() | IDS, records=RECORDS)
+def test_records_round_trip(sender: int, tag: int, dest: int | None, records: list[Record]) -> None:
     flags = Flag.NONE if dest is None else Flag.UNICAST
-    header, body = decode_datagram_untrusted(seal(KEY, MsgType.DATA, flags, sender, encode_data(msg)), KEY)
+    body = encode_records(tag, records) if dest is None else encode_unicast(dest, tag, records)
+    header, checked = decode_datagram_untrusted(seal(KEY, MsgType.DATA, flags, sender, body), KEY)
     assert (header.msg_type, header.flags, header.sender) == (MsgType.DATA, flags, sender)
-    assert decode_data_untrusted(body, header.flags) == msg
+    if dest is None:
+        assert decode_records_untrusted(checked) == (tag, tuple(records))
+    else:
+        assert decode_unicast_untrusted(checked) == (dest, tag, tuple(records))
+
+
+@given(tag=st.integers(0, 2**64 - 1), sender=IDS, pull=st.booleans(),
+       ranges=st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**31)).map(lambda r: (r[0], r[0] + r[1])),
+                       max_size=64),
+       entries=ACKS)
+def test_control_round_trip(tag: int, sender: int, pull: bool, ranges: list, entries: tuple) -> None:
+    assert decode_nack_untrusted(encode_nack(tag, sender, tuple(ranges), pull)) == (tag, sender, tuple(ranges), pull)
+    assert decode_entries_untrusted(encode_entries(tag, entries)) == (tag, entries)
 
 
 @given(tag=st.integers(0, 2**64 - 1), order=st.sampled_from(list(Order)), reply=st.booleans())
@@ -102,8 +137,10 @@ def test_hello_and_leave_round_trip(tag: int, order: Order, reply: bool) -> None
 
 DECODERS = [
     lambda b: decode_datagram_untrusted(b, KEY),
-    lambda b: decode_data_untrusted(b, Flag.NONE),
-    lambda b: decode_data_untrusted(b, Flag.UNICAST),
+    decode_records_untrusted,
+    decode_unicast_untrusted,
+    decode_nack_untrusted,
+    decode_entries_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
 ]
@@ -122,7 +159,7 @@ def test_decoders_raise_only_decode_error(decode, data: bytes) -> None:
 @settings(max_examples=300)
 @given(payload=st.binary(max_size=64), position=st.integers(0, 10_000), bit=st.integers(0, 7))
 def test_any_flipped_bit_is_rejected(payload: bytes, position: int, bit: int) -> None:
-    good = bytearray(seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_data(DataMsg(1, 1, None, payload))))
+    good = bytearray(seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, 1, (), 0, payload)])))
     good[position % len(good)] ^= 1 << bit
     with pytest.raises(DecodeError):
         decode_datagram_untrusted(bytes(good), KEY)
@@ -139,18 +176,27 @@ def test_any_flipped_bit_is_rejected(payload: bytes, position: int, bit: int) ->
     ],
 )
 def test_decode_reasons(mangle, reason: str) -> None:
-    datagram = seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_data(DataMsg(1, 1, None, b"x")))
+    datagram = seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, 1, (), 0, b"x")]))
     with pytest.raises(DecodeError) as info:
         decode_datagram_untrusted(mangle(datagram), KEY)
     assert info.value.reason == reason
 
 
-def test_authentic_but_lying_length_is_rejected() -> None:
-    body = encode_data(DataMsg(1, 1, None, b"abc"))[:-1]  # says 3 payload bytes, carries 2
+@pytest.mark.parametrize("cut", [1, 3, 30])
+def test_authentic_but_lying_length_is_rejected(cut: int) -> None:
+    body = encode_records(1, [Record(5, 1, ((2, 2),), 0, b"abc")])[:-cut]  # claims more than it carries
     header, checked = decode_datagram_untrusted(seal(KEY, MsgType.DATA, Flag.NONE, 5, body), KEY)
+    with pytest.raises(DecodeError):
+        decode_records_untrusted(checked)
+
+
+def test_counts_are_capped_before_allocation() -> None:
     with pytest.raises(DecodeError) as info:
-        decode_data_untrusted(checked, header.flags)
-    assert info.value.reason == "length"
+        decode_records_untrusted(bytes(8) + b"\xff\xff")  # 65,535 records claimed
+    assert info.value.reason == "count"
+    with pytest.raises(DecodeError) as info:
+        decode_entries_untrusted(bytes(8) + b"\xff\xff\xff\x7f")  # a huge ack count
+    assert info.value.reason == "count"
 
 
 def test_unknown_type_with_valid_mac_is_rejected() -> None:

@@ -57,7 +57,7 @@ import trio
 
 from ..actions import Action, Deliver, Multicast, Send, TraceEvent, ViewInstalled
 from ..config import Config, Order
-from ..errors import UsageError
+from ..errors import UsageError, WouldBlock
 from ..node import Node
 from .sockets import Endpoint, NodeSockets, open_sockets
 
@@ -103,6 +103,7 @@ class TrioDriver:
         self.sockets = sockets
         self._lock = trio.Lock()
         self._poke = trio.Event()
+        self._progress = trio.Event()
         self._queues: dict[str, _GroupQueue] = {}
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -145,7 +146,32 @@ class TrioDriver:
         async with self._lock:
             actions = command(trio.current_time())
             self._poke.set()  # the call may have moved the node's next deadline
+            self._progress.set()  # and may have freed the flow-control window
+            self._progress = trio.Event()
             await self._route(actions)
+
+    async def multicast(self, group: str, payload: bytes, block: bool = True) -> None:
+        """Multicast under flow control: wait for the node's send delay, and while
+        the window is full wait for the node to make progress (ACKs arriving).
+        ``block=False`` raises ``WouldBlock`` instead of waiting."""
+        while True:
+            if self._closed:
+                raise UsageError("this sgcs node is closed; open a new one with sgcs.open_node")
+            progress = self._progress
+            ready = self.node.send_ready_at(group, trio.current_time())
+            if ready is not None and ready <= trio.current_time():
+                try:
+                    return await self._call(lambda now: self.node.multicast(group, payload, now))
+                except WouldBlock:
+                    if not block:
+                        raise
+                    continue  # the window filled while we waited for the lock
+            if not block:
+                raise WouldBlock(f"group {group!r}: the flow-control window is full")
+            if ready is None:
+                await progress.wait()
+            else:
+                await trio.sleep_until(ready)
 
     async def open_group(
         self, name: str, order: Order | str, members: Iterable[int] | None

@@ -75,8 +75,14 @@ class TransportParams:
     """Records answered per NACK or pushed per digest entry set."""
     digest_max_entries: int = 64
     nack_max_ranges: int = 16
+    max_acks: int = 16
+    """ACK entries piggybacked on one record; the rest wait for the next send."""
+    max_null_acks: int = 64
+    """ACK entries in one null message."""
     nack_enabled: bool = True
     gossip_enabled: bool = True
+    flush_delay: float = 0.0
+    max_datagram: int = 1_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +103,11 @@ class StreamStatistics:
 class _Inbound:
     """Receive state of one sender's stream."""
 
-    __slots__ = ("contig", "pending", "known_high", "nack_at", "nack_tries", "fragments")
+    __slots__ = ("contig", "pending", "known_high", "nack_at", "nack_tries", "fragments", "synced")
 
-    def __init__(self) -> None:
+    def __init__(self, synced: bool = True) -> None:
+        self.synced = synced
+        """False: we joined after this stream began; it starts at the first record seen."""
         self.contig = 0
         self.pending: dict[int, Record] = {}
         self.known_high = 0
@@ -154,8 +162,10 @@ class ReliableStream:
 
     # ------------------------------------------------------------------ view
 
-    def set_members(self, members: tuple[int, ...]) -> None:
-        """Install a new membership; rows and columns of departed members go."""
+    def set_members(self, members: tuple[int, ...], late: tuple[int, ...] = ()) -> None:
+        """Install a new membership; rows and columns of departed members go.
+        Streams of ``late`` members start at the first record we see of them
+        (the join point), not at 1: their earlier records may be gone."""
         old_index, old = self._index, self._acked
         self.members = tuple(sorted(set(members) | {self.me}))
         self._index = {m: i for i, m in enumerate(self.members)}
@@ -168,8 +178,12 @@ class ReliableStream:
         self._acked = acked
         self._partial_view = []
         self._gc_due = True
-        for sender in [s for s in self._store if s not in self._index]:
+        for sender in [s for s in {*self._store, *self._inbound} if s not in self._index]:
             self._forget_sender(sender)
+        for member in late:
+            if member != self.me and member in self._index:
+                self._forget_sender(member)
+                self._inbound[member] = _Inbound(synced=False)
         self._collect_garbage()
 
     # ------------------------------------------------------------------ sending
@@ -193,7 +207,7 @@ class ReliableStream:
         first = self._next_seq
         records = []
         for i, piece in enumerate(pieces):
-            acks = self._take_acks() if i == 0 else ()
+            acks = self._take_acks(self.params.max_acks) if i == 0 else ()
             flags = MORE_FRAGMENTS if i < len(pieces) - 1 else 0
             records.append(Record(self.me, self._next_seq, acks, flags, bytes(piece)))
             self._next_seq += 1
@@ -204,9 +218,13 @@ class ReliableStream:
         self._last_send = now
         return first, [OutRecords(None, tuple(records), "data")]
 
-    def _take_acks(self) -> tuple[Ack, ...]:
-        acks = tuple(sorted(self._dirty.items()))
-        self._dirty.clear()
+    def _take_acks(self, limit: int) -> tuple[Ack, ...]:
+        acks = tuple(sorted(self._dirty.items())[:limit])
+        if len(acks) == len(self._dirty):
+            self._dirty.clear()
+        else:
+            for sender, _ in acks:
+                del self._dirty[sender]
         return acks
 
     # ------------------------------------------------------------------ receiving
@@ -223,6 +241,10 @@ class ReliableStream:
 
     def _accept(self, record: Record, kind: str, delivered: list[Message], now: float) -> None:
         inbound = self._inbound_of(record.sender)
+        if not inbound.synced:
+            inbound.synced = True
+            inbound.contig = inbound.known_high = record.seq - 1
+            self._set_ack(self.me, record.sender, inbound.contig)
         if record.seq <= inbound.contig or record.seq in inbound.pending:
             self._counts["duplicates"] += 1
             return
@@ -263,7 +285,7 @@ class ReliableStream:
         self._set_ack(member, sender, high)
         if sender != self.me:
             inbound = self._inbound_of(sender)
-            if high > inbound.known_high:
+            if inbound.synced and high > inbound.known_high:
                 inbound.known_high = high  # the ACK reveals records we lack
                 self._reschedule_nack(inbound, now)
 
@@ -368,7 +390,7 @@ class ReliableStream:
             mine = self._contig_of(sender)
             if high < mine and len(pushed) < budget:
                 pushed += self._stored_in(sender, ((high + 1, mine),), budget - len(pushed))
-            elif high > mine and sender != self.me:
+            elif high > mine and sender != self.me and self._inbound_of(sender).synced:
                 ranges = self._inbound_of(sender).missing(self.params.nack_max_ranges)
                 out.append(OutNack(src, sender, ranges, pull=True))
         if pushed:
@@ -426,7 +448,7 @@ class ReliableStream:
         for sender, high in self._digest():
             if sender != self.me:
                 self._dirty.setdefault(sender, high)
-        return OutNull(self._take_acks())
+        return OutNull(self._take_acks(self.params.max_null_acks))
 
     def next_deadline(self) -> float | None:
         deadlines = [i.nack_at for i in self._inbound.values() if i.nack_at is not None]
@@ -451,8 +473,9 @@ class ReliableStream:
             stable = int(floors[self._index[sender]])
             previous = self._stable.get(sender, 0)
             if stable > previous:
-                for seq in range(previous + 1, stable + 1):
-                    if stored.pop(seq, None) is not None:
+                span = range(previous + 1, stable + 1) if stable - previous <= len(stored) else sorted(stored)
+                for seq in span:
+                    if seq <= stable and stored.pop(seq, None) is not None:
                         self._buffered -= 1
                 self._stable[sender] = stable
 

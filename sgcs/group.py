@@ -1,0 +1,188 @@
+"""One group's protocol stack on one node, and its framing into datagrams.
+
+Theory of operation
+-------------------
+A ``GroupStack`` holds what a node keeps per group: the view
+(``membership.static``), the reliable multicast stream
+(``transport.reliable``), the unicast streams (``transport.unicast``) and the
+outbox of multicast records waiting to share a datagram (batching, at most
+``flush_delay``). It turns transport outputs into ``(type, destination, flags,
+body)`` frames; the node seals and addresses them. Keeping this per-group
+plumbing here leaves ``node.py`` with the wire and the dispatch.
+
+Views and streams move together: a member added after we joined is "late", so
+its stream starts at the first record we see of it (its earlier records may be
+stable and gone everywhere); a member that announces it is joining again (a
+restart) has its streams reset the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Iterable
+
+from .config import Config, Order
+from .membership.static import View
+from .transport.framing import ack_budget, entries_budget, fragment_size, pack
+from .transport.records import Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
+from .transport.reliable import ReliableStream, TransportParams
+from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
+from .wire import (
+    Flag,
+    MsgType,
+    encode_entries,
+    encode_nack,
+    encode_records,
+    encode_unicast,
+    group_tag,
+)
+
+Frame = tuple[MsgType, "int | None", Flag, bytes]
+_KIND_TYPES = {"data": MsgType.DATA, "retransmit": MsgType.RETRANSMIT, "gossip": MsgType.GOSSIP}
+
+
+def build_params(config: Config) -> TransportParams:
+    """The transport's knobs, derived from the node's configuration."""
+    entries = entries_budget(config.max_datagram)
+    return TransportParams(
+        gossip_interval=config.gossip_interval, nack_delay=config.nack_delay,
+        nack_backoff_max=config.nack_backoff_max, ack_interval=config.ack_interval,
+        window_max=config.window_max, send_delay_min=config.send_delay_min,
+        send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
+        max_message=config.max_message, shuffle_rounds=config.shuffle_rounds,
+        digest_max_entries=min(64, entries), max_acks=ack_budget(config.max_datagram),
+        max_null_acks=entries, nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
+        flush_delay=config.flush_delay, max_datagram=config.max_datagram,
+    )
+
+
+class GroupStack:
+    """View, reliable streams and outbox of one group on one node."""
+
+    def __init__(self, name: str, order: Order, me: int, members: Iterable[int], params: TransportParams,
+                 rng: random.Random, now: float, from_start: bool = True) -> None:
+        self.name = name
+        self.tag = group_tag(name)
+        self.order = order
+        self.me = me
+        self.params = params
+        self.view = View(set(members) | {me})
+        late = () if from_start else tuple(m for m in self.view.members if m != me)
+        self.stream = ReliableStream(me, self.view.members, params, rng, now)
+        if late:
+            self.stream.set_members(self.view.members, late=late)
+        self.unicast = UnicastStreams(me, params.fragment_size, params.window_max)
+        self.outbox: list[Record] = []
+        self._outbox_bytes = 0
+        self.flush_at: float | None = None
+        self.next_beacon: float | None = None
+        self.last_send = -math.inf
+
+    # ------------------------------------------------------------------ membership
+
+    def add_member(self, member: int) -> bool:
+        if not self.view.add(member):
+            return False
+        self.stream.set_members(self.view.members, late=(member,))
+        return True
+
+    def remove_member(self, member: int) -> bool:
+        if not self.view.remove(member):
+            return False
+        self.stream.set_members(self.view.members)
+        self.unicast.forget(member)
+        return True
+
+    def restart_member(self, member: int) -> None:
+        """``member`` announced it is joining afresh: its old streams are void."""
+        self.stream.set_members(self.view.members, late=(member,))
+        self.unicast.forget(member)
+
+    # ------------------------------------------------------------------ sending
+
+    def ready_at(self, now: float) -> float | None:
+        delay = self.stream.send_delay()
+        return None if delay is None else max(now, self.last_send + delay)
+
+    def queue(self, outputs: list[Out], now: float) -> None:
+        """Multicast records wait in the outbox; nothing else comes from a send."""
+        for output in outputs:
+            assert isinstance(output, OutRecords) and output.dst is None
+            self.outbox.extend(output.records)
+            self._outbox_bytes += sum(len(r.payload) for r in output.records)
+        if self.flush_at is None:
+            self.flush_at = now + self.params.flush_delay
+
+    def outbox_full(self) -> bool:
+        return self._outbox_bytes >= self.params.max_datagram
+
+    def take_outbox(self) -> list[Out]:
+        records, self.outbox, self._outbox_bytes, self.flush_at = self.outbox, [], 0, None
+        return [OutRecords(None, tuple(records), "data")] if records else []
+
+    # ------------------------------------------------------------------ receiving
+
+    def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float) -> list:
+        if msg_type is MsgType.DIGEST:
+            return self.stream.on_digest(src, entries, now)
+        if msg_type is MsgType.NULL:
+            self.stream.on_acks(src, entries, now)
+        elif msg_type is MsgType.STABLE:
+            self.stream.on_stable(entries)
+        elif msg_type is MsgType.UNICAST_ACK:
+            for member, high in entries:
+                if member == self.me:
+                    self.unicast.on_ack(src, high)
+        return []
+
+    def on_timeout(self, now: float) -> list:
+        return [*self.stream.on_timeout(now), *self.unicast.on_timeout(now, self.params.push_budget)]
+
+    def next_deadline(self) -> float | None:
+        times = [self.flush_at, self.next_beacon, self.stream.next_deadline(), self.unicast.next_deadline()]
+        present = [t for t in times if t is not None]
+        return min(present) if present else None
+
+    # ------------------------------------------------------------------ framing
+
+    def frame(self, outputs: list) -> list[Frame]:
+        frames: list[Frame] = []
+        for output in outputs:
+            frames.extend(_FRAMERS[type(output)](self, output))
+        return frames
+
+    def _records(self, out: OutRecords) -> list[Frame]:
+        msg_type = _KIND_TYPES[out.kind]
+        return [(msg_type, out.dst, Flag.NONE, encode_records(self.tag, batch))
+                for batch in pack(out.records, self.params.max_datagram)]
+
+    def _nack(self, out: OutNack) -> list[Frame]:
+        return [(MsgType.NACK, out.dst, Flag.NONE, encode_nack(self.tag, out.sender, out.ranges, out.pull))]
+
+    def _digest(self, out: OutDigest) -> list[Frame]:
+        return [(MsgType.DIGEST, out.dst, Flag.NONE, encode_entries(self.tag, out.entries))]
+
+    def _null(self, out: OutNull) -> list[Frame]:
+        return [(MsgType.NULL, None, Flag.NONE, encode_entries(self.tag, out.acks))]
+
+    def _stable(self, out: OutStable) -> list[Frame]:
+        return [(MsgType.STABLE, out.dst, Flag.NONE, encode_entries(self.tag, out.entries))]
+
+    def _unicast(self, out: UnicastSend) -> list[Frame]:
+        return [(MsgType.DATA, out.dst, Flag.UNICAST, encode_unicast(out.dst, self.tag, batch))
+                for batch in pack(out.records, self.params.max_datagram, unicast=True)]
+
+    def _unicast_ack(self, out: UnicastAck) -> list[Frame]:
+        return [(MsgType.UNICAST_ACK, out.dst, Flag.NONE, encode_entries(self.tag, ((out.dst, out.high),)))]
+
+
+_FRAMERS = {
+    OutRecords: GroupStack._records,
+    OutNack: GroupStack._nack,
+    OutDigest: GroupStack._digest,
+    OutNull: GroupStack._null,
+    OutStable: GroupStack._stable,
+    UnicastSend: GroupStack._unicast,
+    UnicastAck: GroupStack._unicast_ack,
+}
