@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable, Sequence
 
-ARRIVE, TIMER, APP, FAULT, RESUME, BUCKET = range(6)
+ARRIVE, TIMER, APP, FAULT, RESUME, BUCKET, RETRY = range(7)
 """The simulator's event kinds: indexes into its dispatch table."""
 
 Handler = Callable[[float, int, Any, Any], None]

@@ -49,6 +49,16 @@ class RunSummary:
     drops: int
     datagrams: int
     lost: int
+    held: int = 0
+    """Sends that waited for flow control (window or send delay)."""
+    abandoned: int = 0
+    repaired_by_nack: int = 0
+    """Summed over the nodes up at the end, as are the next four."""
+    repaired_by_gossip: int = 0
+    retransmissions: int = 0
+    nacks: int = 0
+    peak_buffered: int = 0
+    """The largest peak buffer (unstable records) of any node up at the end."""
 
     @property
     def reliability(self) -> float:
@@ -70,7 +80,9 @@ class RunSummary:
             f"events: {self.sim_events:,} simulated, {self.rows:,} trace rows; "
             f"datagrams: {self.datagrams:,} sent, {self.lost:,} copies lost",
             f"messages: {self.sends:,} sent, {self.deliveries:,} deliveries, {self.drops:,} drops; "
-            f"mean reliability {self.reliability:.4f}",
+            f"mean reliability {self.reliability:.4f}; {self.held:,} sends waited for flow control",
+            f"repairs: {self.repaired_by_nack:,} by NACK, {self.repaired_by_gossip:,} by gossip; "
+            f"{self.retransmissions:,} retransmissions, {self.nacks:,} NACKs; peak buffer {self.peak_buffered:,} records",
             f"trace: {self.out} (meta.json, events/, net/)",
         ))
 
@@ -131,7 +143,19 @@ def _summarise(simulator: Simulator, out: Path, wall: float) -> RunSummary:
         net_rows=simulator.net.rows, sends=counters.sends, deliveries=counters.deliveries,
         expected_deliveries=counters.expected, unicast_deliveries=counters.unicast_deliveries,
         drops=simulator.events.kinds.get("drop", 0), datagrams=counters.datagrams, lost=counters.lost,
+        held=counters.held, abandoned=counters.abandoned, **_transport_totals(simulator),
     )
+
+
+def _transport_totals(simulator: Simulator) -> dict[str, int]:
+    stats = [node.statistics() for node in simulator.nodes if node is not None]
+    return {
+        "repaired_by_nack": sum(s.repaired_by_nack for s in stats),
+        "repaired_by_gossip": sum(s.repaired_by_gossip for s in stats),
+        "retransmissions": sum(s.retransmissions for s in stats),
+        "nacks": sum(s.nacks_sent for s in stats),
+        "peak_buffered": max((s.peak_buffered for s in stats), default=0),
+    }
 
 
 @contextmanager

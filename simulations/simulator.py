@@ -44,7 +44,7 @@ from sgcs.actions import Deliver, Multicast, Send, TraceEvent, ViewInstalled
 from sgcs.errors import UsageError
 from sgcs.node import Node
 
-from .engine import APP, ARRIVE, TIMER, Engine
+from .engine import APP, ARRIVE, RETRY, TIMER, Engine
 from .lifecycle import FAULT_HANDLERS, start_run
 from .network import Network
 from .scenario import GroupSpec, Scenario
@@ -78,6 +78,10 @@ class Counters:
     """Datagrams put on the network (a multicast counts once)."""
     lost: int = 0
     """Datagram copies that did not reach an intended receiver."""
+    held: int = 0
+    """Application sends that waited for the flow-control window or send delay."""
+    abandoned: int = 0
+    """Held sends whose node crashed or left before it could send them."""
 
 
 class GroupState:
@@ -145,7 +149,10 @@ class Simulator:
         self._on_action: dict[type, Callable[[int, Any, float], None]] = {
             Send: self._send, Multicast: self._multicast, Deliver: self._deliver, ViewInstalled: _ignore,
         }
-        self._dispatch = (self._arrive, self._timer, self._app, self._fault, self._resume, self._bucket)
+        self._dispatch = (self._arrive, self._timer, self._app, self._fault, self._resume, self._bucket, self._retry)
+        self.waiting: dict[tuple[int, str], int] = {}
+        """Application sends held back by flow control, per (node, group)."""
+        self.retry_at: dict[tuple[int, str], float] = {}
 
     # ------------------------------------------------------------ running
 
@@ -241,11 +248,42 @@ class Simulator:
         if not senders:
             return
         src = senders[group.rng.randrange(len(senders))]
-        node = self.nodes[src]
-        assert node is not None, "a sender must be up"
-        self.counters.sends += 1
-        self.counters.expected += len(group.joined)
-        self.apply(src, node.multicast(group.spec.name, group.payload, t), t)
+        assert self.nodes[src] is not None, "a sender must be up"
+        self._send_or_hold(src, group, t, 1)
+
+    def _send_or_hold(self, node_id: int, group: GroupState, t: float, new: int) -> None:
+        """Send what flow control allows now; hold the rest and retry when the
+        node says it may send (or, with a full window, after a gossip interval)."""
+        key = (node_id, group.spec.name)
+        waiting = self.waiting.pop(key, 0) + new
+        node = self.nodes[node_id]
+        ready: float | None = t
+        while waiting and node is not None and group.spec.name in node.groups:
+            ready = node.send_ready_at(group.spec.name, t)
+            if ready is None or ready > t:
+                break
+            self.counters.sends += 1
+            self.counters.expected += len(group.joined)
+            self.apply(node_id, node.multicast(group.spec.name, group.payload, t), t)
+            waiting -= 1
+        if not waiting:
+            return
+        if node is None or group.spec.name not in node.groups:
+            self.counters.abandoned += waiting
+            return
+        self.counters.held += new
+        self.waiting[key] = waiting
+        retry = ready if ready is not None else t + self.scenario.config.gossip_interval
+        if key not in self.retry_at or retry < self.retry_at[key]:
+            self.retry_at[key] = retry
+            self.engine.schedule(retry, RETRY, node_id, group)
+
+    def _retry(self, t: float, node_id: int, group: GroupState, _: Any) -> None:
+        key = (node_id, group.spec.name)
+        if self.retry_at.get(key) != t:
+            return  # stale: an earlier retry was scheduled since
+        del self.retry_at[key]
+        self._send_or_hold(node_id, group, t, 0)
 
     def _fault(self, t: float, _: int, fault: Any, __: Any) -> None:
         FAULT_HANDLERS[fault.action](self, fault, t)
