@@ -52,7 +52,7 @@ def build_params(config: Config) -> TransportParams:
         send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
         max_message=config.max_message, shuffle_rounds=config.shuffle_rounds,
         digest_max_entries=min(64, entries), max_acks=ack_budget(config.max_datagram),
-        max_null_acks=entries, nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
+        nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
         flush_delay=config.flush_delay, max_datagram=config.max_datagram,
     )
 
@@ -164,7 +164,7 @@ class GroupStack:
         return [(MsgType.DIGEST, out.dst, Flag.NONE, encode_entries(self.tag, out.entries))]
 
     def _null(self, out: OutNull) -> list[Frame]:
-        return [(MsgType.NULL, None, Flag.NONE, encode_entries(self.tag, out.acks))]
+        return [(MsgType.NULL, out.dst, Flag.NONE, encode_entries(self.tag, out.acks))]
 
     def _stable(self, out: OutStable) -> list[Frame]:
         return [(MsgType.STABLE, out.dst, Flag.NONE, encode_entries(self.tag, out.entries))]

@@ -29,7 +29,7 @@ class Network:
 
     def route(self, src: int, outputs: list) -> None:
         for out in outputs:
-            if isinstance(out, (OutRecords, OutNull)) and getattr(out, "dst", None) is None:
+            if isinstance(out, (OutRecords, OutStable)) and out.dst is None:
                 self.in_flight += [(src, dst, out) for dst in sorted(self.streams) if dst != src]
             else:
                 self.in_flight.append((src, out.dst, out))

@@ -78,17 +78,20 @@ class OutDigest:
 
 @dataclass(frozen=True, slots=True)
 class OutNull:
-    """An idle member's ACKs, multicast so that messages become stable."""
+    """An idle member's ACKs for the stream of member ``dst``, sent to it alone:
+    the sender gathers its stream's ACKs and announces what became stable."""
 
+    dst: int
     acks: tuple[Ack, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class OutStable:
-    """Tell ``dst`` that every member has received each listed sender up to the
-    given number, so it may drop those records (a reply to a lagging digest)."""
+    """Every member has received each listed sender up to the given number, so
+    those records may be dropped. ``dst`` None: a sender's multicast
+    announcement of its own stream; otherwise a reply to a lagging digest."""
 
-    dst: int
+    dst: int | None
     entries: tuple[Ack, ...]
 
 

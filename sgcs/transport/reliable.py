@@ -22,11 +22,18 @@ mechanisms then make delivery exactly-once and FIFO per sender:
   subscription protocol would add traffic and buy nothing.
 
 **ACKs and stability.** Each record carries the ACKs its sender gathered since
-its previous send (a delta: only streams that advanced), and an idle member
-multicasts them in a null message after ``ack_interval``. The ACK matrix
+its previous send (a delta: only streams that advanced); these edges are the
+causal graph. An idle member sends its ACK for a stream to that stream's
+sender alone (a unicast null message, ``ack_interval`` after the stream
+advanced), so an ACK costs one reception instead of N. The ACK matrix
 ``acked[member, sender]`` holds the highest contiguous number each member is
-known to have; a column's minimum is the stable prefix of that sender, which
-every buffer then drops. Digests carry ACKs too.
+known to have; the column minimum of a sender's own stream is its stable
+prefix, which it announces in one small multicast (at most once per
+``ack_interval``), and every buffer then drops those records. While a stream
+we hold stays unstable, we repeat our ACK to its sender every
+``10 * ack_interval``, since a lost ACK would otherwise hold it back. Digests
+carry ACKs too, and a partner answers a lagging digest with what it knows to
+be stable.
 
 **Flow control.** The window is the number of records, from all senders, held
 here and not yet stable. The send delay is ``send_delay_min`` at an empty
@@ -77,8 +84,6 @@ class TransportParams:
     nack_max_ranges: int = 16
     max_acks: int = 16
     """ACK entries piggybacked on one record; the rest wait for the next send."""
-    max_null_acks: int = 64
-    """ACK entries in one null message."""
     nack_enabled: bool = True
     gossip_enabled: bool = True
     flush_delay: float = 0.0
@@ -145,8 +150,12 @@ class ReliableStream:
         self._store: dict[int, dict[int, Record]] = {}  # sender -> seq -> record, unstable only
         self._stable: dict[int, int] = {}
         self._buffered = 0
-        self._dirty: dict[int, int] = {}  # ACK delta since our last send
-        self._last_send = now
+        self._dirty: dict[int, int] = {}  # ACK delta since our last send (piggybacked)
+        self._ack_due: dict[int, int] = {}  # streams whose sender has not yet heard our ACK
+        self._ack_at: float | None = None
+        self._refresh_at = now + 10 * params.ack_interval
+        self._announced = 0
+        self._announce_at: float | None = None
         self._next_gossip = now + params.gossip_interval * (0.5 + rng.random())
         self._round = 0
         self._partial_view: list[int] = []
@@ -155,6 +164,7 @@ class ReliableStream:
              "by_gossip", "peak", "nulls"), 0
         )
         self._gc_due = False
+        self._last_announce = -1.0
         self.members: tuple[int, ...] = ()
         self._index: dict[int, int] = {}
         self._acked = np.zeros((0, 0), dtype=np.int64)
@@ -208,6 +218,9 @@ class ReliableStream:
         records = []
         for i, piece in enumerate(pieces):
             acks = self._take_acks(self.params.max_acks) if i == 0 else ()
+            for sender, high in acks:  # the multicast reaches that sender too
+                if self._ack_due.get(sender, high + 1) <= high:
+                    del self._ack_due[sender]
             flags = MORE_FRAGMENTS if i < len(pieces) - 1 else 0
             records.append(Record(self.me, self._next_seq, acks, flags, bytes(piece)))
             self._next_seq += 1
@@ -215,7 +228,6 @@ class ReliableStream:
             self._buffer(record)
         self._set_ack(self.me, self.me, self._next_seq - 1)
         self._counts["sent"] += len(records)
-        self._last_send = now
         return first, [OutRecords(None, tuple(records), "data")]
 
     def _take_acks(self, limit: int) -> tuple[Ack, ...]:
@@ -271,6 +283,9 @@ class ReliableStream:
                 inbound.fragments = []
         self._set_ack(self.me, sender, inbound.contig)
         self._dirty[sender] = inbound.contig
+        self._ack_due[sender] = inbound.contig
+        if self._ack_at is None:
+            self._ack_at = now + self.params.ack_interval
         self._reschedule_nack(inbound, now)
 
     def on_acks(self, src: int, acks: tuple[Ack, ...], now: float) -> None:
@@ -426,37 +441,39 @@ class ReliableStream:
             partner = self._partner() if entries else None
             if partner is not None:
                 out.append(OutDigest(partner, entries))
-        null_at = self._null_due()
-        if null_at is not None and now >= null_at:
-            out.append(self._null(now))
+        if self._ack_at is not None and now >= self._ack_at:
+            out += self._nulls(sorted(self._ack_due.items()))
+            self._ack_due.clear()
+            self._ack_at = None
+        if now >= self._refresh_at:
+            self._refresh_at = now + 10 * self.params.ack_interval
+            out += self._nulls([(s, self._contig_of(s)) for s in self.members
+                                if s != self.me and self._contig_of(s) > self._stable.get(s, 0)])
         self._collect_garbage()
+        if self._announce_at is not None and now >= self._announce_at:
+            out.append(self._announce(now))
         return out
 
-    def _null_due(self) -> float | None:
-        """New ACKs go out after ``ack_interval``; while records stay unstable,
-        a refresh every ``10 * ack_interval`` repeats them, since a lost null
-        would otherwise hold stability back until the stream moves again."""
-        if self._dirty:
-            return self._last_send + self.params.ack_interval
-        if self._buffered and len(self.members) > 1:
-            return self._last_send + 10 * self.params.ack_interval
-        return None
+    def _nulls(self, acks: list[Ack]) -> list[Out]:
+        self._counts["nulls"] += len(acks)
+        return [OutNull(sender, ((sender, high),)) for sender, high in acks]
 
-    def _null(self, now: float) -> OutNull:
-        self._last_send = now
-        self._counts["nulls"] += 1
-        for sender, high in self._digest():
-            if sender != self.me:
-                self._dirty.setdefault(sender, high)
-        return OutNull(self._take_acks(self.params.max_null_acks))
+    def _announce(self, now: float) -> OutStable:
+        """Multicast our own stream's stable prefix, at most once per ack_interval."""
+        self._announced = self._stable.get(self.me, 0)
+        self._announce_at = None
+        self._last_announce = now
+        return OutStable(None, ((self.me, self._announced),))
 
     def next_deadline(self) -> float | None:
         deadlines = [i.nack_at for i in self._inbound.values() if i.nack_at is not None]
         if self.params.gossip_enabled and self._buffered:
             deadlines.append(self._next_gossip)
-        null_at = self._null_due()
-        if null_at is not None:
-            deadlines.append(null_at)
+        for due in (self._ack_at, self._announce_at):
+            if due is not None:
+                deadlines.append(due)
+        if self._buffered and len(self.members) > 1:
+            deadlines.append(self._refresh_at)
         return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------------ stability
@@ -478,6 +495,8 @@ class ReliableStream:
                     if seq <= stable and stored.pop(seq, None) is not None:
                         self._buffered -= 1
                 self._stable[sender] = stable
+        if self._stable.get(self.me, 0) > self._announced and self._announce_at is None:
+            self._announce_at = self._last_announce + self.params.ack_interval
 
     def _buffer(self, record: Record) -> None:
         if record.seq > self._stable.get(record.sender, 0):
