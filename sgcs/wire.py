@@ -198,11 +198,11 @@ def _get_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def encode_acks(acks: "tuple[tuple[int, int], ...]") -> bytes:
-    """Sorted (sender, high) pairs as count, then sender deltas and highs."""
+    """(sender, high) pairs, sorted here, as count, then sender deltas and highs."""
     out = bytearray()
     _put_varint(out, len(acks))
     previous = 0
-    for sender, high in acks:
+    for sender, high in sorted(acks):
         _put_varint(out, sender - previous)
         _put_varint(out, high)
         previous = sender

@@ -53,3 +53,38 @@ def out_of_order_deliveries(events: Any) -> Any:
     highest = rows.groupby(_KEY, sort=False)["seq"].cummax()
     highest_before = highest.groupby([rows[k] for k in _KEY], sort=False).shift(1)
     return rows[highest_before.notna() & (rows["seq"] <= highest_before)]
+
+
+def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
+    """Invariant 6: (group, sender, seq, node) of multicasts that a member of the
+    send's view never delivered, although it and the sender stayed up.
+
+    A node "stays up" when it has no crash, leave or recover row after the send.
+    Messages sent in the last ``grace`` seconds of the trace may still be in
+    flight and are not checked.
+    """
+    import pandas as pd
+
+    end = events["t"].max()
+    sends = events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)]
+    views = events[events["kind"] == "view"].drop_duplicates("view_id")[["view_id", "members"]]
+    expected = sends[["t", "group", "sender", "seq", "view_id"]].merge(views, on="view_id")
+    expected = expected.explode("members").rename(columns={"members": "node"})
+    expected["node"] = expected["node"].astype("int64")
+    churn = events[events["kind"].isin(["crash", "leave", "recover"])][["node", "t"]]
+    last_churn = churn.groupby("node")["t"].max()
+    for column in ("node", "sender"):
+        gone = expected[column].map(last_churn)
+        expected = expected[gone.isna() | (gone < expected["t"])]
+    got = deliveries(events)[["node", "group", "sender", "seq"]].drop_duplicates()
+    merged = expected.merge(got, on=["node", "group", "sender", "seq"], how="left", indicator=True)
+    return merged[merged["_merge"] == "left_only"].drop(columns="_merge").reset_index(drop=True)
+
+
+def violations(events: Any, grace: float = 2.0) -> dict[str, int]:
+    """Counts for invariants 1, 2 and 6 on a pandas-sized trace."""
+    return {
+        "1_duplicate": len(duplicate_deliveries(events)),
+        "2_fifo": len(out_of_order_deliveries(events)),
+        "6_loss_among_survivors": len(undelivered_among_survivors(events, grace)),
+    }

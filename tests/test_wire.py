@@ -190,6 +190,11 @@ def test_authentic_but_lying_length_is_rejected(cut: int) -> None:
         decode_records_untrusted(checked)
 
 
+@given(entries=st.lists(st.tuples(IDS, IDS), max_size=20, unique_by=lambda a: a[0]))
+def test_entries_in_any_order_round_trip_sorted(entries: list) -> None:
+    assert decode_entries_untrusted(encode_entries(1, tuple(entries))) == (1, tuple(sorted(entries)))
+
+
 def test_counts_are_capped_before_allocation() -> None:
     with pytest.raises(DecodeError) as info:
         decode_records_untrusted(bytes(8) + b"\xff\xff")  # 65,535 records claimed

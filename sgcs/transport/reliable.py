@@ -29,11 +29,12 @@ advanced), so an ACK costs one reception instead of N. The ACK matrix
 ``acked[member, sender]`` holds the highest contiguous number each member is
 known to have; the column minimum of a sender's own stream is its stable
 prefix, which it announces in one small multicast (at most once per
-``ack_interval``), and every buffer then drops those records. While a stream
-we hold stays unstable, we repeat our ACK to its sender every
-``10 * ack_interval``, since a lost ACK would otherwise hold it back. Digests
-carry ACKs too, and a partner answers a lagging digest with what it knows to
-be stable.
+``ack_interval``), and every buffer then drops those records. A lost ACK
+would hold stability back, so every ``10 * ack_interval`` a sender whose
+older records are still unstable polls exactly the members whose ACKs it
+lacks (its digest, sent to each alone); they answer with their ACK and pull
+what they miss. Digests carry ACKs too, and a partner answers a digest whose
+streams it knows to be stable with a stability reply.
 
 **Flow control.** The window is the number of records, from all senders, held
 here and not yet stable. The send delay is ``send_delay_min`` at an empty
@@ -153,6 +154,7 @@ class ReliableStream:
         self._dirty: dict[int, int] = {}  # ACK delta since our last send (piggybacked)
         self._ack_due: dict[int, int] = {}  # streams whose sender has not yet heard our ACK
         self._ack_at: float | None = None
+        self._poll_target = 0  # our last record when we last polled laggards
         self._refresh_at = now + 10 * params.ack_interval
         self._announced = 0
         self._announce_at: float | None = None
@@ -161,7 +163,7 @@ class ReliableStream:
         self._partial_view: list[int] = []
         self._counts = dict.fromkeys(
             ("sent", "received", "duplicates", "beyond_window", "nacks", "retransmissions", "pushes", "by_nack",
-             "by_gossip", "peak", "nulls"), 0
+             "by_gossip", "peak", "nulls", "polls"), 0
         )
         self._gc_due = False
         self._last_announce = -1.0
@@ -400,14 +402,16 @@ class ReliableStream:
             if sender not in self._index:
                 continue
             self._learn_ack(src, sender, high, now)
-            if self._stable.get(sender, 0):
-                stable.append((sender, self._stable[sender]))
+            if self._stable.get(sender, 0) >= high > 0:
+                stable.append((sender, self._stable[sender]))  # src lags on stability: tell it
             mine = self._contig_of(sender)
             if high < mine and len(pushed) < budget:
                 pushed += self._stored_in(sender, ((high + 1, mine),), budget - len(pushed))
             elif high > mine and sender != self.me and self._inbound_of(sender).synced:
                 ranges = self._inbound_of(sender).missing(self.params.nack_max_ranges)
                 out.append(OutNack(src, sender, ranges, pull=True))
+            if sender == src and mine:
+                out.append(OutNull(src, ((src, mine),)))  # a poll: the sender wants our ACK
         if pushed:
             self._counts["pushes"] += len(pushed)
             out.append(OutRecords(src, tuple(pushed), "gossip"))
@@ -442,21 +446,33 @@ class ReliableStream:
             if partner is not None:
                 out.append(OutDigest(partner, entries))
         if self._ack_at is not None and now >= self._ack_at:
-            out += self._nulls(sorted(self._ack_due.items()))
+            out += self._nulls(sorted(self._ack_due.items()), now)
             self._ack_due.clear()
             self._ack_at = None
         if now >= self._refresh_at:
             self._refresh_at = now + 10 * self.params.ack_interval
-            out += self._nulls([(s, self._contig_of(s)) for s in self.members
-                                if s != self.me and self._contig_of(s) > self._stable.get(s, 0)])
+            out += self._poll_laggards()
         self._collect_garbage()
         if self._announce_at is not None and now >= self._announce_at:
             out.append(self._announce(now))
         return out
 
-    def _nulls(self, acks: list[Ack]) -> list[Out]:
+    def _nulls(self, acks: list[Ack], now: float) -> list[Out]:
         self._counts["nulls"] += len(acks)
         return [OutNull(sender, ((sender, high),)) for sender, high in acks]
+
+    def _poll_laggards(self) -> list[Out]:
+        """Our records sent a refresh interval ago are still unstable: send our
+        digest to each member whose ACK for them we lack (its ACK, or our
+        record, was lost). It answers with its ACK and pulls what it misses."""
+        target, self._poll_target = self._poll_target, self._next_seq - 1
+        if target <= self._stable.get(self.me, 0):
+            return []
+        column = self._acked[:, self._index[self.me]]
+        laggards = [m for m, i in self._index.items() if m != self.me and column[i] < target]
+        self._counts["polls"] += len(laggards)
+        entry = ((self.me, self._next_seq - 1),)
+        return [OutDigest(m, entry) for m in laggards]
 
     def _announce(self, now: float) -> OutStable:
         """Multicast our own stream's stable prefix, at most once per ack_interval."""
@@ -472,7 +488,7 @@ class ReliableStream:
         for due in (self._ack_at, self._announce_at):
             if due is not None:
                 deadlines.append(due)
-        if self._buffered and len(self.members) > 1:
+        if self._stable.get(self.me, 0) < self._next_seq - 1 and len(self.members) > 1:
             deadlines.append(self._refresh_at)
         return min(deadlines) if deadlines else None
 
