@@ -248,6 +248,25 @@ class AdversarialNetwork(RuleBasedStateMachine):
         for node in self.nodes.values():
             assert node.statistics().dropped == 0
 
+    def teardown(self) -> None:
+        """Heal the network: no more loss or reordering. Every message sent by a
+        surviving member must then reach every survivor (crashed members never
+        ACK, so streams stay unstable and timers keep running; stop once done)."""
+        if not self.nodes:
+            return
+        expected = {(s, q) for s in self.nodes for (sender, q) in self.delivered[s] if sender == s}
+        for _ in range(3_000):
+            while self.in_flight:
+                src, dst, datagram = self.in_flight.pop(0)
+                if dst in self.nodes:
+                    self._route(dst, self.nodes[dst].handle_datagram(src, datagram, self.now))
+            if all(expected <= set(self.delivered[i]) for i in self.nodes):
+                return
+            self.now += 0.05
+            self.advance(0.0)
+        missing = {i: sorted(expected - set(self.delivered[i])) for i in self.nodes}
+        raise AssertionError(f"survivors still miss messages after healing: {missing}")
+
 
 AdversarialNetwork.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_adversarial_network = AdversarialNetwork.TestCase
