@@ -88,3 +88,16 @@ def violations(events: Any, grace: float = 2.0) -> dict[str, int]:
         "2_fifo": len(out_of_order_deliveries(events)),
         "6_loss_among_survivors": len(undelivered_among_survivors(events, grace)),
     }
+
+
+def reach(events: Any, grace: float = 2.0) -> Any:
+    """Per multicast: the fraction of the members of its send view that delivered it
+    (the reliability distribution; plain gossip is bimodal: all or almost none)."""
+    end = events["t"].max()
+    sends = events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)]
+    views = events[events["kind"] == "view"].drop_duplicates("view_id")[["view_id", "members"]]
+    sizes = views.assign(size=views["members"].map(len))[["view_id", "size"]]
+    got = deliveries(events).groupby(["group", "sender", "seq"]).size().rename("delivered").reset_index()
+    merged = sends[["group", "sender", "seq", "view_id"]].merge(sizes, on="view_id").merge(
+        got, on=["group", "sender", "seq"], how="left")
+    return (merged["delivered"].fillna(0) / merged["size"]).rename("reach")

@@ -1,5 +1,7 @@
 """Delivery-order layers (SGCS paper, section 3.4).
 
-Today every order is served by ``fifo.FifoGate``; causal, total and safe
-delivery arrive with the ordering issue.
+FIFO order per sender is provided by the transport's reliable stream itself.
+Causal, total and safe delivery, built on the ACK graph that the transport's
+records carry, arrive with the ordering issue; until then a group joined with
+any order is delivered in FIFO order.
 """

@@ -1,6 +1,10 @@
-"""Dissemination and reliability layers (SGCS paper, sections 3.1 to 3.3).
+"""Dissemination and reliability (SGCS paper, sections 3.1 to 3.3).
 
-Today this holds only the foundation's plain unreliable multicast
-(``unreliable.py``). PSRM gossip repair, NACK recovery, piggybacked ACKs,
-stability and the flow window replace it in the transport issue.
+* ``reliable``: one member's reliable multicast stream in one group: PSRM
+  (unreliable multicast, then digest gossip to an O(log N) partial view), NACK
+  recovery from any holder, piggybacked ACK deltas, stability and garbage
+  collection, and the network-wide flow window.
+* ``unicast``: reliable per-pair unicast streams.
+* ``records``: the values exchanged between the transport and the node.
+* ``framing``: batching records into datagrams under a byte budget.
 """
