@@ -8,7 +8,8 @@ Heavy imports (the simulator, numpy, pyarrow) happen inside the runner, so
 ``sgcs --version`` and ``--help`` stay instant.
 
 Exit codes: 0 success; 2 bad input (any ``UsageError``, or bad arguments),
-reported as one line on stderr without a traceback; 1 a bug. A bug inside a
+reported as one line on stderr without a traceback; 1 a bug, or a failed
+``sgcs bench`` run (a member failed or timed out), also in one line. A bug inside a
 simulation prints the seed and the exact command that replays it, then the
 traceback.
 """
@@ -63,12 +64,58 @@ def _run_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_bench(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--members", type=int, default=4, metavar="N", help="member processes (default 4)")
+    parser.add_argument("--messages", type=int, default=20_000, metavar="M",
+                        help="messages each member multicasts (default 20000)")
+    parser.add_argument("--size", type=int, default=1_000, metavar="S",
+                        help="payload bytes per message, at least 8 (default 1000)")
+    parser.add_argument("--order", default="fifo", choices=("fifo", "causal", "total", "safe"),
+                        help="the group's delivery order (default fifo)")
+    parser.add_argument("--rate", type=float, metavar="R",
+                        help="messages per second per member, paced (default: as fast as flow control allows)")
+    parser.add_argument("--max-datagram", type=int, default=None, metavar="B",
+                        help="Config.max_datagram in bytes (default: the Config default)")
+    parser.add_argument("--secret", help="group secret, at least 8 bytes (default: random for this run)")
+    parser.add_argument("--timeout", type=float, metavar="S",
+                        help="seconds for the whole run (default: 300 + 5 ms per member per message)")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON report on stdout (the one-line summary goes to stderr)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar (default: only when stderr is a terminal)")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from .bench import DEFAULT_MAX_DATAGRAM, BenchError, BenchOptions, run_bench
+
+    options = BenchOptions(
+        members=args.members, messages=args.messages, size=args.size, order=args.order, rate=args.rate,
+        max_datagram=DEFAULT_MAX_DATAGRAM if args.max_datagram is None else args.max_datagram,
+        secret=None if args.secret is None else args.secret.encode(), timeout=args.timeout,
+    )
+    try:
+        report = run_bench(options, progress=args.progress)
+    except BenchError as exc:
+        print(f"sgcs bench: error: {exc}", file=sys.stderr)
+        return EXIT_BUG
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        print(report.summary(), file=sys.stderr)
+    else:
+        print(report.summary())
+    return EXIT_OK
+
+
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: tuple[Command, ...] = (
     ("simulate", _add_simulate, _run_simulate),
+    ("bench", _add_bench, _run_bench),
 )
 _HELP = {
     "simulate": "run a scenario in the deterministic simulator and write a trace directory",
+    "bench": "measure throughput and latency of real member processes on loopback (like JGroups' JPerf)",
 }
 
 

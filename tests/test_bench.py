@@ -1,0 +1,65 @@
+"""`sgcs bench`: a tiny run of real member processes completes and reports.
+
+Not a performance test (tests are never timed): it checks that the members
+deliver exactly N x M messages, the JSON report's shape, and that bad input
+stops with one line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sgcs.cli import main
+
+REPORT_KEYS = {
+    "members", "messages", "size", "order", "rate_offered", "max_datagram", "delivered", "rates", "rate_median",
+    "rate_min", "rate_max", "latency_p50_ms", "latency_p99_ms", "wall_seconds", "totals", "per_member",
+}
+MEMBER_KEYS = {"index", "id", "delivered", "per_sender", "seconds", "rate", "latency_p50_ms", "latency_p99_ms",
+               "statistics"}
+
+
+def test_tiny_run_delivers_everything_and_reports_json(capsys: pytest.CaptureFixture[str]) -> None:
+    members, messages = 3, 200
+    code = main(["bench", "--members", str(members), "--messages", str(messages), "--size", "64",
+                 "--json", "--no-progress", "--timeout", "60"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    assert REPORT_KEYS <= set(report)
+    assert (report["members"], report["messages"], report["size"], report["order"]) == (members, messages, 64, "fifo")
+    assert report["delivered"] == [members * messages] * members
+    assert len(report["per_member"]) == members
+    for member in report["per_member"]:
+        assert MEMBER_KEYS <= set(member)
+        assert member["per_sender"] == [messages] * members  # exactly M from each member, its own included
+        assert member["rate"] > 0 and member["latency_p99_ms"] >= member["latency_p50_ms"] >= 0
+        assert {"retransmissions", "peak_buffered", "datagrams_sent"} <= set(member["statistics"])
+    assert len({m["id"] for m in report["per_member"]}) == members
+    assert "msg/s received per member" in captured.err  # the summary line, off stdout with --json
+
+
+def _exit_code(argv: list[str]) -> int:
+    """main's return value, or argparse's exit code for bad arguments."""
+    try:
+        return main(argv)
+    except SystemExit as exit:
+        return int(exit.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--size", "4"], "--size must be an integer in [8,"),
+        (["--members", "0"], "--members must be an integer in [1,"),
+        (["--rate", "-1"], "--rate must be a positive number"),
+        (["--order", "random"], "invalid choice"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = _exit_code(["bench", "--no-progress", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err and len(err.strip().splitlines()) == 1
