@@ -407,7 +407,7 @@ class ReliableStream:
             mine = self._contig_of(sender)
             if high < mine and len(pushed) < budget:
                 pushed += self._stored_in(sender, ((high + 1, mine),), budget - len(pushed))
-            elif high > mine and sender != self.me and self._inbound_of(sender).synced:
+            elif high > mine and sender != self.me and self._inbound_of(sender).synced and self.params.gossip_enabled:
                 ranges = self._inbound_of(sender).missing(self.params.nack_max_ranges)
                 out.append(OutNack(src, sender, ranges, pull=True))
             if sender == src and mine:
