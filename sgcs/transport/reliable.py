@@ -233,6 +233,10 @@ class ReliableStream:
         return first, [OutRecords(None, tuple(records), "data")]
 
     def _take_acks(self, limit: int) -> tuple[Ack, ...]:
+        """Up to ``limit`` pending ACK entries, lowest senders first; the rest
+        ride on the next record. Causal and total order (ordering issue) need a
+        message to list every ACK gathered before it: they must not leave
+        entries behind (e.g. send an ACK-only record first when over the cap)."""
         acks = tuple(sorted(self._dirty.items())[:limit])
         if len(acks) == len(self._dirty):
             self._dirty.clear()
