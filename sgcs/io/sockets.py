@@ -19,6 +19,13 @@ both ``bind_host``, so a multi-homed host picks its interface by configuration.
 Without multicast, a ``Multicast`` action is sent once to each ``Config.peers``
 entry instead; ``NodeSockets.fanout`` hides the difference from the driver.
 
+Both sockets ask for large kernel buffers (``SOCKET_BUFFER``). With the
+default (about 200 KiB, some 90 datagrams of 1 KB once the kernel's per-packet
+overhead is counted) a receiver that loses the CPU for a few milliseconds
+overflows, and every datagram lost there costs a NACK and a retransmission.
+The kernel caps the request at ``net.core.rmem_max`` / ``wmem_max`` silently;
+JGroups asks for 20-25 MB for the same reason.
+
 Sockets are created and bound with the blocking stdlib API, then handed to trio.
 Setup therefore has no await point, and the in-process port registry below
 (which turns a second node on the same port into a clear ``UsageError``) cannot
@@ -39,6 +46,9 @@ from ..errors import UsageError
 
 Endpoint = tuple[str, int]
 WILDCARD = "0.0.0.0"
+SOCKET_BUFFER = 8 * 1024 * 1024
+"""Bytes asked for SO_RCVBUF and SO_SNDBUF; the kernel grants at most its
+net.core.rmem_max / wmem_max."""
 
 # (host, port) of every unicast socket an sgcs node of this process holds. A
 # lock, because separate trio.run() calls in separate threads share it.
@@ -56,10 +66,19 @@ class NodeSockets:
     """The unicast socket's bound address (the real port when Config.port is 0)."""
     fanout: tuple[Endpoint, ...]
     """Destinations of one Multicast action: the group address, or every peer."""
+    raw_unicast: socket.socket
+    """The stdlib socket under ``unicast`` (non-blocking): the driver's fast
+    path sends and drains with plain calls, and awaits trio only to wait."""
+    raw_multicast: socket.socket | None = None
 
     @property
     def receivers(self) -> tuple[trio.socket.SocketType, ...]:
         return (self.unicast,) if self.multicast is None else (self.unicast, self.multicast)
+
+    @property
+    def raw_receivers(self) -> tuple[socket.socket, ...]:
+        """The stdlib sockets under ``receivers``, in the same order."""
+        return (self.raw_unicast,) if self.raw_multicast is None else (self.raw_unicast, self.raw_multicast)
 
     def close(self) -> None:
         for sock in self.receivers:
@@ -80,7 +99,7 @@ async def open_sockets(config: Config) -> NodeSockets:
         raise
     trio_multicast = None if multicast is None else trio.socket.from_stdlib_socket(multicast)
     fanout = tuple(peer for peer in fanout if peer != address)  # a shared peer list may name us
-    return NodeSockets(trio.socket.from_stdlib_socket(unicast), trio_multicast, address, fanout)
+    return NodeSockets(trio.socket.from_stdlib_socket(unicast), trio_multicast, address, fanout, unicast, multicast)
 
 
 def _open_unicast(config: Config) -> socket.socket:
@@ -89,6 +108,7 @@ def _open_unicast(config: Config) -> socket.socket:
         _claim((host, port))  # reserve before bind, so the message names the real culprit
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
+        _enlarge_buffers(sock)
         # No SO_REUSEADDR here: a second bind to this port must fail, not share it.
         sock.bind((host, port))
         if config.use_multicast:
@@ -103,6 +123,15 @@ def _open_unicast(config: Config) -> socket.socket:
     return sock
 
 
+def _enlarge_buffers(sock: socket.socket) -> None:
+    """Ask for SOCKET_BUFFER bytes each way; a refusal only costs throughput."""
+    for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:
+            pass
+
+
 def _set_multicast_sender_options(sock: socket.socket, config: Config) -> None:
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(config.bind_host))
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, config.multicast_ttl)
@@ -113,6 +142,7 @@ def _open_multicast_receiver(config: Config) -> socket.socket:
     group, port = config.multicast_group, config.multicast_port
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
+        _enlarge_buffers(sock)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if hasattr(socket, "SO_REUSEPORT"):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

@@ -5,19 +5,24 @@ Theory of operation
 The driver owns one ``sgcs.node.Node`` and its sockets (``sockets.py``), and
 runs these tasks in one nursery:
 
-* a receive loop per socket: ``recvfrom`` -> ``node.handle_datagram``;
+* a receive loop per socket: it drains up to ``RECEIVE_BATCH`` datagrams that
+  the kernel already holds, then hands them to ``node.handle_datagram`` in one
+  node call; only when the socket is empty does it wait for it to be readable;
 * a timer loop that sleeps until ``node.next_deadline()`` or until it is
-  poked because a node call may have moved that deadline earlier, then calls
+  poked because a node call moved that deadline earlier, then calls
   ``node.handle_timeout``.
 
 Application commands (join, leave, send) run in the caller's task. Every node
-call, whoever makes it, goes through ``TrioDriver.call``: take the node lock,
-call the node with ``trio.current_time()``, carry out the returned actions in
-order, release. The lock is fair (FIFO), so the actions of successive node
-calls are carried out in the order the node produced them. That is what keeps
-delivery order intact on the way to the application: without it, two tasks
-waiting on one full queue could interleave their deliveries. Taking the time
-inside the lock keeps ``now`` non-decreasing from the node's point of view.
+call, whoever makes it, goes through ``TrioDriver.call``: yield once to the
+other tasks, call the node with ``trio.current_time()``, carry out the
+returned actions in order. Calling and routing happen without a yield in
+between, so the actions of successive node calls are carried out in the order
+the node produced them. When routing has to wait (a full socket buffer or
+event queue), the call holds the node lock until it is done, and later calls
+queue for that lock, which is fair (FIFO). That is what keeps delivery order
+intact on the way to the application: without it, two tasks waiting on one
+full queue could interleave their deliveries. Taking the time right before
+the call keeps ``now`` non-decreasing from the node's point of view.
 
 Routing is a table keyed by action type. ``Send`` and ``Multicast`` go to the
 unicast socket (a multicast to the group address, or to every peer when
@@ -25,6 +30,14 @@ multicast is off). A send error (EPERM from a firewall, ENETUNREACH...) is
 counted by errno name and never raised: UDP is unreliable anyway and the
 protocol above the wire repairs loss. ``Deliver`` and ``ViewInstalled`` go to
 the group's bounded memory channel (``Config.app_queue``).
+
+Fast path: a route first tries to finish at once (a non-blocking ``sendto``
+on the stdlib socket, ``send_nowait`` into the channel) and only when that
+would block returns an awaitable that waits (socket writable, room in the
+channel). Awaiting per action would cost a trip through trio's scheduler per
+datagram and per delivery; each node call still yields once, when it takes
+the lock. Likewise the timer loop is poked only when a call moved the node's
+deadline before the one it sleeps until, not after every call.
 
 Backpressure: when a group's channel is full, the task routing into it waits,
 holding the node lock. Receive loops then stop reading, the kernel's socket
@@ -46,6 +59,7 @@ from __future__ import annotations
 import errno
 import math
 import random
+import socket
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -67,6 +81,9 @@ AppEvent = Union[Deliver, ViewInstalled]
 RECEIVE_SIZE = 65_536
 """Bytes asked of recvfrom: any UDP datagram fits, so none is truncated before
 the node can count it (the wire codec caps what it accepts)."""
+RECEIVE_BATCH = 64
+"""Datagrams one node call may take from a socket's kernel buffer: enough to
+spread the call's cost, few enough to keep the other tasks' turns short."""
 RECEIVE_ERROR_PAUSE = 0.01
 """Seconds to pause after a receive error, so a persistent one cannot spin the CPU."""
 LEAVE_GRACE = 2.0
@@ -103,6 +120,9 @@ class TrioDriver:
         self.sockets = sockets
         self._lock = trio.Lock()
         self._poke = trio.Event()
+        self._timer_due = -math.inf
+        """When the sleeping timer loop wakes up; -inf while it is awake (it
+        reads the node's deadline itself before sleeping again)."""
         self._progress = trio.Event()
         self._queues: dict[str, _GroupQueue] = {}
         self._nursery: trio.Nursery | None = None
@@ -143,12 +163,32 @@ class TrioDriver:
     async def _call(self, command: Callable[[float], list[Action]]) -> None:
         # The driver's own tasks come here directly: one may be woken with a
         # datagram just after shutdown began, and must not fail for it.
-        async with self._lock:
-            actions = command(trio.current_time())
-            self._poke.set()  # the call may have moved the node's next deadline
-            self._progress.set()  # and may have freed the flow-control window
-            self._progress = trio.Event()
-            await self._route(actions)
+        await trio.lowlevel.checkpoint()  # every node call gives the other tasks a turn
+        if self._lock.locked():
+            # A call's routing is waiting (socket or channel full): queue behind
+            # it, in FIFO order, so actions keep the order the node made them.
+            async with self._lock:
+                await self._route(self._run(command))
+            return
+        # Nobody waits: call and route without a yield in between, so no other
+        # call can come between; take the lock only if routing has to wait.
+        wait = self._start_route(self._run(command))
+        if wait is not None:
+            self._lock.acquire_nowait()
+            try:
+                await wait
+            finally:
+                self._lock.release()
+
+    def _run(self, command: Callable[[float], list[Action]]) -> list[Action]:
+        actions = command(trio.current_time())
+        if self._timer_due > -math.inf:  # the call may have moved the node's deadline earlier
+            deadline = self.node.next_deadline()
+            if deadline is not None and deadline < self._timer_due:
+                self._poke.set()
+        self._progress.set()  # the call may have freed the flow-control window
+        self._progress = trio.Event()
+        return actions
 
     async def multicast(self, group: str, payload: bytes, block: bool = True) -> None:
         """Multicast under flow control: wait for the node's send delay, and while
@@ -223,7 +263,7 @@ class TrioDriver:
 
     def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
-        for sock in self.sockets.receivers:
+        for sock in self.sockets.raw_receivers:
             nursery.start_soon(self._receive_loop, sock)
         nursery.start_soon(self._timer_loop)
 
@@ -233,16 +273,33 @@ class TrioDriver:
         for queue in self._queues.values():
             queue.send.close()
 
-    async def _receive_loop(self, sock: trio.socket.SocketType) -> None:
+    async def _receive_loop(self, sock: socket.socket) -> None:
+        """``sock`` is non-blocking: drain what it holds, wait only when empty."""
         while True:
+            batch: list[tuple[Any, bytes]] = []
+            failed = False
             try:
-                data, src = await sock.recvfrom(RECEIVE_SIZE)
+                while len(batch) < RECEIVE_BATCH:
+                    data, src = sock.recvfrom(RECEIVE_SIZE)
+                    batch.append((src, data))
+            except BlockingIOError:
+                pass
             except OSError:
                 # e.g. ECONNRESET for an earlier send on some platforms; not fatal.
                 self._receive_errors += 1
+                failed = True
+            if batch:
+                await self._call(partial(self._handle_datagrams, batch))
+            if failed:
                 await trio.sleep(RECEIVE_ERROR_PAUSE)
-                continue
-            await self._call(partial(self.node.handle_datagram, src, data))
+            elif len(batch) < RECEIVE_BATCH:
+                await trio.lowlevel.wait_readable(sock)
+
+    def _handle_datagrams(self, batch: list[tuple[Any, bytes]], now: float) -> list[Action]:
+        actions: list[Action] = []
+        for src, data in batch:
+            actions += self.node.handle_datagram(src, data, now)
+        return actions
 
     async def _timer_loop(self) -> None:
         while True:
@@ -251,50 +308,105 @@ class TrioDriver:
                 await self._call(self.node.handle_timeout)
                 continue
             self._poke = trio.Event()
-            with trio.move_on_at(math.inf if deadline is None else deadline):
-                await self._poke.wait()
+            self._timer_due = math.inf if deadline is None else deadline
+            try:
+                with trio.move_on_at(self._timer_due):
+                    await self._poke.wait()
+            finally:
+                self._timer_due = -math.inf
 
     # ------------------------------------------------------------------ routing
 
     async def _route(self, actions: list[Action]) -> None:
-        routed = 0
+        wait = self._start_route(actions)
+        if wait is not None:
+            await wait
+
+    def _start_route(self, actions: list[Action]) -> Awaitable[None] | None:
+        """Route ``actions`` in order until one has to wait; then return an
+        awaitable that finishes that one and the rest."""
+        for index, action in enumerate(actions):
+            wait = _ROUTES[type(action)](self, action)
+            if wait is not None:
+                return self._finish_route(wait, actions, index)
+        return None
+
+    async def _finish_route(self, wait: Awaitable[None], actions: list[Action], index: int) -> None:
+        routed = index
         try:
-            for action in actions:
-                await _ROUTES[type(action)](self, action)
+            await wait
+            routed += 1
+            for action in actions[index + 1 :]:
+                pending = _ROUTES[type(action)](self, action)
+                if pending is not None:
+                    await pending
                 routed += 1
         finally:
             # Cancelled mid-way (shutdown, or a cancelled send): count what
             # never reached the application rather than lose it silently.
             self._discarded += sum(isinstance(a, (Deliver, ViewInstalled)) for a in actions[routed:])
 
-    async def _send(self, action: Send) -> None:
-        await self._sendto(action.data, action.dst)
+    # Each route finishes at once and returns None, or returns what to await
+    # to finish (see "Fast path" in the module docstring).
 
-    async def _multicast(self, action: Multicast) -> None:
-        for destination in self.sockets.fanout:
-            await self._sendto(action.data, destination)
+    def _send(self, action: Send) -> Awaitable[None] | None:
+        return self._sendto(action.data, action.dst)
 
-    async def _sendto(self, data: bytes, destination: Any) -> None:
+    def _multicast(self, action: Multicast) -> Awaitable[None] | None:
+        fanout = self.sockets.fanout
+        for i, destination in enumerate(fanout):
+            wait = self._sendto(action.data, destination)
+            if wait is not None:
+                return self._multicast_rest(wait, action.data, fanout[i + 1 :])
+        return None
+
+    async def _multicast_rest(self, wait: Awaitable[None], data: bytes, rest: tuple[Endpoint, ...]) -> None:
+        await wait
+        for destination in rest:
+            await self._sendto_waiting(data, destination)
+
+    def _sendto(self, data: bytes, destination: Any) -> Awaitable[None] | None:
+        try:
+            self.sockets.raw_unicast.sendto(data, destination)
+        except BlockingIOError:
+            return self._sendto_waiting(data, destination)  # the socket buffer is full
+        except OSError as exc:
+            self._count_send_error(exc)
+        return None
+
+    async def _sendto_waiting(self, data: bytes, destination: Any) -> None:
         try:
             await self.sockets.unicast.sendto(data, destination)
         except OSError as exc:
-            self._send_errors[errno.errorcode.get(exc.errno or 0, type(exc).__name__)] += 1
+            self._count_send_error(exc)
 
-    async def _to_app(self, action: AppEvent) -> None:
+    def _count_send_error(self, exc: OSError) -> None:
+        self._send_errors[errno.errorcode.get(exc.errno or 0, type(exc).__name__)] += 1
+
+    def _to_app(self, action: AppEvent) -> Awaitable[None] | None:
         queue = self._queues.get(action.group)
         if queue is None or queue.leaving:
             self._discarded += 1
-            return
+            return None
         try:
-            await queue.send.send(action)  # waits while full: backpressure
+            queue.send.send_nowait(action)
+        except trio.WouldBlock:
+            return self._to_app_waiting(queue, action)  # full: backpressure
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._discarded += 1
+        return None
+
+    async def _to_app_waiting(self, queue: _GroupQueue, action: AppEvent) -> None:
+        try:
+            await queue.send.send(action)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._discarded += 1
 
-    async def _ignore(self, action: TraceEvent) -> None:
+    def _ignore(self, action: TraceEvent) -> None:
         """Trace events are not recorded by the driver yet."""
 
 
-_ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None]]] = {
+_ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
     Send: TrioDriver._send,
     Multicast: TrioDriver._multicast,
     Deliver: TrioDriver._to_app,
