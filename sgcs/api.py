@@ -96,6 +96,10 @@ class ViewChange:
 Event = Union[Delivery, ViewChange]
 """What iterating over a group yields."""
 
+RECEIVE_YIELD_EVERY = 16
+"""Events ``GroupHandle.receive`` may return from a non-empty queue before it
+yields to trio's scheduler (it always does when it has to wait)."""
+
 
 def _event_of(action: AppEvent) -> Event:
     if isinstance(action, Deliver):
@@ -116,6 +120,7 @@ class GroupHandle:
         self._name = name
         self._receive = receive
         self._left = False
+        self._unyielded = 0
         self._last_view = View(*driver.node.view(name))
 
     @property
@@ -153,8 +158,22 @@ class GroupHandle:
             await self._driver.call(partial(node.unicast, self._name, to, payload))
 
     async def receive(self) -> Event:
-        """The next event; raises ``trio.EndOfChannel`` once the group is left."""
+        """The next event; raises ``trio.EndOfChannel`` once the group is left.
+
+        Always a cancellation point; a scheduling point when it waits, and at
+        least every ``RECEIVE_YIELD_EVERY`` events otherwise (yielding per
+        event would cost a trip through trio's scheduler per message)."""
         try:
+            if self._unyielded < RECEIVE_YIELD_EVERY:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                try:
+                    action = self._receive.receive_nowait()
+                except trio.WouldBlock:
+                    pass
+                else:
+                    self._unyielded += 1
+                    return _event_of(action)
+            self._unyielded = 0
             return _event_of(await self._receive.receive())
         except trio.ClosedResourceError:
             raise trio.EndOfChannel from None
