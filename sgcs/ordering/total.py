@@ -1,0 +1,277 @@
+"""Causal, total and safe delivery over the ACK graph (SGCS paper, section 3.4).
+
+Theory of operation
+-------------------
+The transport hands over each sender's messages in FIFO order, each with the
+ACKs its sender piggybacked: (s, n) means "when I sent this, I had received
+sender s up to record n". These edges are the causal graph; no sequencer and
+no extra wire field is needed.
+
+* **Timestamps.** ``ts(m) = 1 + max(ts(previous message of m's sender),
+  ts(latest complete message of s ending at or before n) for each ACK (s, n))``.
+  Every node computes the same value from the same records, and a message's
+  timestamp exceeds that of everything in its causal past.
+* **Promises.** A member's ACKs, in a record or an idle member's null message,
+  promise that its later messages acknowledge at least that much, hence have a
+  larger timestamp. A promise is usable once we hold that member's own stream
+  up to the point where it made it (so nothing it sent before is in flight)
+  and know the timestamps it refers to.
+* **Total order** (symmetric, deterministic by member id): deliver the
+  received message with the smallest ``(ts, sender)`` once every other member
+  has promised a clock at least its timestamp, which is the paper's "wait for
+  at least one message from every member". Ties go to the lower member id.
+* **Causal order**: deliver a message once every message it acknowledges has
+  been delivered.
+* **Safe order** (like Spread's SAFE): total order, and additionally every
+  member of the view has acknowledged the message.
+
+Latency: a total-order message waits for a promise from every member, so for
+about one ACK interval plus a network round; it does not grow with N except
+through the slowest member's promise. A sequencer variant for very large groups
+can be added beside this class.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass
+
+from ..config import Order
+
+Ack = tuple[int, int]
+PRUNE_AT = 256
+"""Known timestamps per stream before the oldest are pruned."""
+
+
+@dataclass(frozen=True, slots=True)
+class OrderedMessage:
+    sender: int
+    first: int
+    """Sequence number of the message's first record: its id in traces."""
+    last: int
+    """Sequence number of its last record (they differ when it was fragmented)."""
+    acks: tuple[Ack, ...]
+    payload: bytes
+
+
+class _Stream:
+    """What we know of one member's stream."""
+
+    __slots__ = ("queue", "ends", "stamps", "base", "received", "promises", "clock", "delivered")
+
+    def __init__(self) -> None:
+        self.queue: deque[OrderedMessage] = deque()  # received, not yet delivered
+        self.ends: list[int] = []  # last record of each message whose ts is known, ascending
+        self.stamps: list[int] = []  # their timestamps
+        self.base = 0  # timestamp of the last message pruned from ends/stamps
+        self.received = 0  # highest record received (the transport is FIFO)
+        self.promises: deque[tuple[int, tuple[Ack, ...]]] = deque()  # (own position, acks)
+        self.clock = 0  # usable promise: later messages have ts > clock
+        self.delivered = 0  # last record of the last delivered message
+
+
+class OrderingLayer:
+    """Holds messages back until their order allows; one per group and node."""
+
+    def __init__(self, me: int, members: tuple[int, ...], order: Order) -> None:
+        self.me = me
+        self.order = order
+        self._streams: dict[int, _Stream] = {}
+        self._acked: dict[int, dict[int, int]] = {}  # member -> sender -> highest record acked
+        self.members: tuple[int, ...] = ()
+        self.set_members(members)
+
+    def set_members(self, members: tuple[int, ...]) -> None:
+        self.members = tuple(sorted(set(members) | {self.me}))
+        for member in self.members:
+            self._streams.setdefault(member, _Stream())
+
+    # ------------------------------------------------------------------ inputs
+
+    def on_message(self, message: OrderedMessage) -> list[OrderedMessage]:
+        """A message from the transport (FIFO per sender). Returns what is now deliverable."""
+        stream = self._streams.setdefault(message.sender, _Stream())
+        stream.queue.append(message)
+        stream.received = message.last
+        self.on_acks(message.sender, ((message.sender, message.last), *message.acks))
+        return self.deliverable()
+
+    def on_acks(self, member: int, acks: tuple[Ack, ...]) -> None:
+        """ACKs from ``member`` (piggybacked or in a null): a promise, and for
+        safe order the proof that it holds what it acknowledges."""
+        stream = self._streams.setdefault(member, _Stream())
+        acked = self._acked.setdefault(member, {})
+        own = stream.received
+        for sender, high in acks:
+            if high > acked.get(sender, 0):
+                acked[sender] = high
+            if sender == member:
+                own = max(own, high)
+        stream.promises.append((own, tuple(acks)))
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliverable(self) -> list[OrderedMessage]:
+        self._stamp_all()
+        if self.order is Order.CAUSAL:
+            return self._deliver_causal()
+        out: list[OrderedMessage] = []
+        while True:
+            candidate = self._smallest()
+            if candidate is None or not self._may_deliver(candidate):
+                return out
+            out.append(self._pop(candidate.sender))
+
+    def _deliver_causal(self) -> list[OrderedMessage]:
+        out: list[OrderedMessage] = []
+        progress = True
+        while progress:
+            progress = False
+            for sender in sorted(self._streams):
+                queue = self._streams[sender].queue
+                while queue and self._causally_ready(queue[0]):
+                    out.append(self._pop(sender))
+                    progress = True
+        return out
+
+    def _causally_ready(self, message: OrderedMessage) -> bool:
+        for sender, high in message.acks:
+            stream = self._streams.get(sender)
+            if stream is not None and not self._covers(stream, high):
+                return False
+        return True
+
+    def _covers(self, stream: _Stream, high: int) -> bool:
+        """Every complete message of the stream ending at or before ``high`` is delivered."""
+        if stream.delivered >= high:
+            return True
+        head = stream.queue[0] if stream.queue else None
+        return head is not None and stream.delivered == head.first - 1 and head.last > high
+
+    def _smallest(self) -> OrderedMessage | None:
+        best: tuple[int, int] | None = None
+        found = None
+        for sender, stream in self._streams.items():
+            if stream.queue:
+                head = stream.queue[0]
+                ts = self._ts_of(stream, head.last)
+                if ts is None:
+                    continue
+                if best is None or (ts, sender) < best:
+                    best, found = (ts, sender), head
+        return found
+
+    def _may_deliver(self, message: OrderedMessage) -> bool:
+        ts = self._ts_of(self._streams[message.sender], message.last)
+        assert ts is not None
+        for member in self.members:
+            if member == message.sender:
+                continue
+            if self._streams[member].clock < ts and member != self.me:
+                return False
+            if self.order is Order.SAFE and self._acked.get(member, {}).get(message.sender, 0) < message.last:
+                if member != self.me:
+                    return False
+        return True
+
+    def _pop(self, sender: int) -> OrderedMessage:
+        stream = self._streams[sender]
+        message = stream.queue.popleft()
+        stream.delivered = message.last
+        if len(stream.ends) > PRUNE_AT:
+            self._prune(sender, stream)
+        return message
+
+    def _prune(self, sender: int, stream: _Stream) -> None:
+        """Forget timestamps nobody can refer to any more: every member has
+        acknowledged past them, and ACKs only grow."""
+        floor = min(self._acked.get(m, {}).get(sender, 0) for m in self.members if m != sender) if len(
+            self.members) > 1 else stream.delivered
+        keep = max(0, bisect.bisect_right(stream.ends, min(floor, stream.delivered)) - 1)
+        if keep:
+            stream.base = stream.stamps[keep - 1]
+            del stream.ends[:keep], stream.stamps[:keep]
+
+    # ------------------------------------------------------------------ timestamps and promises
+
+    def _stamp_all(self) -> None:
+        """Compute timestamps and promises until nothing more can be learned."""
+        progress = True
+        while progress:
+            progress = False
+            for stream in self._streams.values():
+                progress |= self._stamp(stream)
+                progress |= self._advance_promises(stream)
+
+    def _stamp(self, stream: _Stream) -> bool:
+        progress = False
+        for message in stream.queue:
+            if stream.ends and stream.ends[-1] >= message.last:
+                continue
+            ts = self._stamp_of(message, stream)
+            if ts is None:
+                break
+            stream.ends.append(message.last)
+            stream.stamps.append(ts)
+            progress = True
+        return progress
+
+    def _ts_of(self, stream: _Stream, last: int) -> int | None:
+        """Timestamp of the message of ``stream`` ending at record ``last``, if known."""
+        i = bisect.bisect_left(stream.ends, last)
+        return stream.stamps[i] if i < len(stream.ends) and stream.ends[i] == last else None
+
+    def _stamp_of(self, message: OrderedMessage, stream: _Stream) -> int | None:
+        latest = stream.stamps[-1] if stream.stamps else 0
+        for sender, high in message.acks:
+            ts = self._clock_of(sender, high)
+            if ts is None:
+                return None
+            latest = max(latest, ts)
+        return latest + 1
+
+    def _clock_of(self, sender: int, high: int) -> int | None:
+        """Timestamp of the latest complete message of ``sender`` ending at or
+        before record ``high`` (0 if none); None while we cannot know it yet."""
+        stream = self._streams.get(sender)
+        if stream is None or high <= 0:
+            return 0
+        if stream.received < high:
+            return None  # records up to high are still in flight to us
+        stamped_to = stream.ends[-1] if stream.ends else 0
+        for message in stream.queue:  # the first unstamped message, if it ends by high
+            if message.last > stamped_to:
+                if message.last <= high:
+                    return None
+                break
+        i = bisect.bisect_right(stream.ends, high)
+        return stream.stamps[i - 1] if i else stream.base
+
+    def _advance_promises(self, stream: _Stream) -> bool:
+        progress = False
+        while stream.promises:
+            position, acks = stream.promises[0]
+            if stream.received < position:
+                return progress
+            clocks = [self._clock_of(sender, high) for sender, high in acks]
+            if any(c is None for c in clocks):
+                return progress
+            stream.promises.popleft()
+            clock = max([c for c in clocks if c is not None], default=0)
+            if clock > stream.clock:
+                stream.clock = clock
+                progress = True
+        return progress
+
+    def waiting(self) -> bool:
+        """Messages are held back: idle members should send their promises."""
+        return any(s.queue for s in self._streams.values())
+
+    def forget(self, member: int) -> list[OrderedMessage]:
+        """A member left the view: its undelivered messages are dropped and it no
+        longer holds others back. Returns messages that became deliverable."""
+        self._streams.pop(member, None)
+        self._acked.pop(member, None)
+        self.members = tuple(m for m in self.members if m != member)
+        return self.deliverable()
