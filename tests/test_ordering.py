@@ -46,12 +46,13 @@ class Member:
         self.delivered += [(m.sender, m.first) for m in messages]
 
 
-def run(order: Order, count: int, steps: list[tuple[int, int, int]]) -> dict[int, Member]:
+def run(order: Order, count: int, steps: list[tuple[int, int, int]],
+        sent: dict[tuple[int, int], OrderedMessage] | None = None) -> dict[int, Member]:
     ids = tuple(range(1, count + 1))
     members = {i: Member(i, ids, order) for i in ids}
     links: dict[tuple[int, int], list[OrderedMessage]] = {(a, b): [] for a in ids for b in ids if a != b}
     nulls: list[tuple[int, int, tuple]] = []
-    sent: dict[tuple[int, int], OrderedMessage] = {}
+    sent = {} if sent is None else sent
     for action, a, b in steps:
         a, b = ids[a % count], ids[b % count]
         if action == 0:
@@ -100,15 +101,16 @@ def test_total_order_agrees_everywhere(order: Order, count: int, steps: list) ->
 @settings(max_examples=150, deadline=None)
 @given(count=st.integers(3, 5), steps=STEPS)
 def test_causal_predecessors_come_first(order: Order, count: int, steps: list) -> None:
-    ids = tuple(range(1, count + 1))
-    members = {i: Member(i, ids, order) for i in ids}
-    history: dict[tuple[int, int], tuple] = {}
-    recorded = run(order, count, steps)
-    for member in recorded.values():
+    sent: dict[tuple[int, int], OrderedMessage] = {}
+    members = run(order, count, steps, sent)
+    for member in members.values():
         position = {message: i for i, message in enumerate(member.delivered)}
-        for (sender, seq) in member.delivered:
-            assert position.get((sender, seq - 1), -1) < position[(sender, seq)], "FIFO broken"
-    del members, history
+        for key, i in position.items():
+            sender, seq = key
+            assert position.get((sender, seq - 1), -1) < i, "FIFO broken"
+            for acked_sender, high in sent[key].acks:  # everything it acknowledged comes first
+                for earlier in range(1, high + 1):
+                    assert position[(acked_sender, earlier)] < i, f"{key} delivered before its cause"
 
 
 def test_total_order_waits_for_every_members_promise() -> None:
