@@ -37,7 +37,9 @@ would block returns an awaitable that waits (socket writable, room in the
 channel). Awaiting per action would cost a trip through trio's scheduler per
 datagram and per delivery; each node call still yields once, when it takes
 the lock. Likewise the timer loop is poked only when a call moved the node's
-deadline before the one it sleeps until, not after every call.
+deadline before the one it sleeps until, not after every call, and timers
+already due when a call ends (a send's flush) run at the end of that call
+instead of waking the timer loop.
 
 Backpressure: when a group's channel is full, the task routing into it waits,
 holding the node lock. Receive loops then stop reading, the kernel's socket
@@ -124,6 +126,8 @@ class TrioDriver:
         """When the sleeping timer loop wakes up; -inf while it is awake (it
         reads the node's deadline itself before sleeping again)."""
         self._progress = trio.Event()
+        self._progress_wanted = False
+        """A sender waits on ``_progress``: set it after the next node call."""
         self._queues: dict[str, _GroupQueue] = {}
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -181,13 +185,21 @@ class TrioDriver:
                 self._lock.release()
 
     def _run(self, command: Callable[[float], list[Action]]) -> list[Action]:
-        actions = command(trio.current_time())
-        if self._timer_due > -math.inf:  # the call may have moved the node's deadline earlier
+        now = trio.current_time()
+        actions = command(now)
+        if self._timer_due > -math.inf:  # the timer sleeps; the call may have moved the deadline earlier
             deadline = self.node.next_deadline()
+            if deadline is not None and deadline <= now:
+                # Due already (a send's flush, say): run the timers here rather
+                # than wake the timer task for it; the node sees the same times.
+                actions = actions + self.node.handle_timeout(now)
+                deadline = self.node.next_deadline()
             if deadline is not None and deadline < self._timer_due:
                 self._poke.set()
-        self._progress.set()  # the call may have freed the flow-control window
-        self._progress = trio.Event()
+        if self._progress_wanted:  # the call may have freed the flow-control window
+            self._progress_wanted = False
+            self._progress.set()
+            self._progress = trio.Event()
         return actions
 
     async def multicast(self, group: str, payload: bytes, block: bool = True) -> None:
@@ -209,6 +221,7 @@ class TrioDriver:
             if not block:
                 raise WouldBlock(f"group {group!r}: the flow-control window is full")
             if ready is None:
+                self._progress_wanted = True
                 await progress.wait()
             else:
                 await trio.sleep_until(ready)
