@@ -140,9 +140,11 @@ class GroupStack:
         return [*self.stream.on_timeout(now), *self.unicast.on_timeout(now, self.params.push_budget)]
 
     def next_deadline(self) -> float | None:
-        times = [self.flush_at, self.next_beacon, self.stream.next_deadline(), self.unicast.next_deadline()]
-        present = [t for t in times if t is not None]
-        return min(present) if present else None
+        earliest = self.stream.next_deadline()
+        for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline()):
+            if deadline is not None and (earliest is None or deadline < earliest):
+                earliest = deadline
+        return earliest
 
     # ------------------------------------------------------------------ framing
 

@@ -70,6 +70,12 @@ class Flag(enum.IntFlag):
 
 ORDER_CODES: tuple[Order, ...] = (Order.FIFO, Order.CAUSAL, Order.TOTAL, Order.SAFE)
 
+# Lookup tables for the decoder's hot path: calling an enum class costs a
+# microsecond or two per datagram. IntFlag keeps unknown bits, so every byte
+# value has its Flag, exactly as ``Flag(bits)`` would give.
+_MSG_TYPE_OF: dict[int, MsgType] = {t.value: t for t in MsgType}
+_FLAG_OF: tuple[Flag, ...] = tuple(Flag(bits) for bits in range(256))
+
 
 @dataclass(frozen=True, slots=True)
 class Header:
@@ -118,17 +124,15 @@ def decode_datagram_untrusted(data: bytes, key: bytes) -> tuple[Header, bytes]:
         raise DecodeError("magic")
     if version != VERSION:
         raise DecodeError("version", str(version))
-    signed, tag = data[:-TAG_LEN], data[-TAG_LEN:]
-    if not hmac.compare_digest(hmac.digest(key, signed, "sha256")[:TAG_LEN], tag):
+    signed = memoryview(data)[:-TAG_LEN]  # no copy: only the body is copied, once
+    if not hmac.compare_digest(hmac.digest(key, signed, "sha256")[:TAG_LEN], data[-TAG_LEN:]):
         raise DecodeError("mac")
-    try:
-        msg_type = MsgType(type_code)
-        flags = Flag(flag_bits)
-    except ValueError:
-        raise DecodeError("type", f"type {type_code} flags {flag_bits}") from None
+    msg_type = _MSG_TYPE_OF.get(type_code)
+    if msg_type is None:
+        raise DecodeError("type", f"type {type_code} flags {flag_bits}")
     if sender >= 2**63:
         raise DecodeError("sender", str(sender))
-    return Header(msg_type, flags, sender), signed[HEADER.size :]
+    return Header(msg_type, _FLAG_OF[flag_bits], sender), bytes(signed[HEADER.size :])
 
 
 _HELLO = struct.Struct("!QBB")
@@ -240,32 +244,41 @@ def encoded_record_size(record: "Record") -> int:
 
 
 def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
-    from .transport.records import Record
+    global _Record
+    if _Record is None:
+        from .transport.records import Record as _Record
 
     if len(body) < _RECORDS.size:
         raise DecodeError("length", "records header")
     tag, count = _RECORDS.unpack_from(body)
     if count > MAX_RECORDS:
         raise DecodeError("count", f"{count} records")
-    pos, records = _RECORDS.size, []
+    pos, records, size, record_size, unpack_from = _RECORDS.size, [], len(body), _RECORD.size, _RECORD.unpack_from
     for _ in range(count):
-        if len(body) - pos < _RECORD.size:
+        if size - pos < record_size:
             raise DecodeError("length", "record header")
-        sender, seq, flags, length, ack_len = _RECORD.unpack_from(body, pos)
-        pos += _RECORD.size
-        if pos + ack_len + length > len(body):
+        sender, seq, flags, length, ack_len = unpack_from(body, pos)
+        pos += record_size
+        if pos + ack_len + length > size:
             raise DecodeError("length", "record longer than the datagram")
         if sender >= 2**63 or flags > 1:
             raise DecodeError("body", "record fields")
-        acks, end = decode_acks_untrusted(body[pos : pos + ack_len])
-        if end != ack_len:
-            raise DecodeError("length", "ack list")
+        if ack_len == 1 and body[pos] == 0:
+            acks: tuple[tuple[int, int], ...] = ()  # no ACKs: the common case, without a call
+        else:
+            acks, end = decode_acks_untrusted(body[pos : pos + ack_len])
+            if end != ack_len:
+                raise DecodeError("length", "ack list")
         pos += ack_len
-        records.append(Record(sender, seq, acks, flags, bytes(body[pos : pos + length])))
+        records.append(_Record(sender, seq, acks, flags, bytes(body[pos : pos + length])))
         pos += length
-    if pos != len(body):
+    if pos != size:
         raise DecodeError("length", "trailing bytes")
     return tag, tuple(records)
+
+
+_Record: "type[Record] | None" = None
+"""``transport.records.Record``, imported on first use (it imports this module)."""
 
 
 def encode_nack(tag: int, sender: int, ranges: "tuple[tuple[int, int], ...]", pull: bool) -> bytes:
