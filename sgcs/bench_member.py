@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import struct
 import sys
 import time
@@ -190,7 +191,10 @@ class Member:
     def result(self) -> dict[str, Any]:
         seconds = (self.last_delivery_ns - self.first_send_ns) / 1e9
         latencies = sorted(self.latencies)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         return {
+            "cpu_user_seconds": usage.ru_utime,
+            "cpu_system_seconds": usage.ru_stime,
             "id": self.me,
             "delivered": self.delivered,
             "per_sender": sorted(self.per_sender.values()),
