@@ -18,14 +18,16 @@ restart) has its streams reset the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from typing import Iterable
 
 from .config import Config, Order
 from .membership.static import View
+from .ordering.total import OrderedMessage, OrderingLayer
 from .transport.framing import ack_budget, entries_budget, fragment_size, pack
-from .transport.records import Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
+from .transport.records import Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
 from .transport.reliable import ReliableStream, TransportParams
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
 from .wire import (
@@ -68,6 +70,13 @@ class GroupStack:
         self.me = me
         self.params = params
         self.view = View(set(members) | {me})
+        self.ordering = None if order is Order.FIFO else OrderingLayer(me, self.view.members, order)
+        if self.ordering is not None:
+            # a message must list every ACK gathered before it (its causal past)
+            params = dataclasses.replace(params, max_acks=1 << 20)
+        self.released: list[Message] = []
+        """Messages the ordering layer let go, for the node to deliver."""
+        self.own_last = 0
         late = () if from_start else tuple(m for m in self.view.members if m != me)
         self.stream = ReliableStream(me, self.view.members, params, rng, now)
         if late:
@@ -85,6 +94,8 @@ class GroupStack:
         if not self.view.add(member):
             return False
         self.stream.set_members(self.view.members, late=(member,))
+        if self.ordering is not None:
+            self.ordering.set_members(self.view.members)
         return True
 
     def remove_member(self, member: int) -> bool:
@@ -92,6 +103,8 @@ class GroupStack:
             return False
         self.stream.set_members(self.view.members)
         self.unicast.forget(member)
+        if self.ordering is not None:
+            self._release(self.ordering.forget(member))
         return True
 
     def restart_member(self, member: int) -> None:
@@ -123,11 +136,41 @@ class GroupStack:
 
     # ------------------------------------------------------------------ receiving
 
+    def accept_own(self, seq: int, outputs: list[Out], payload: bytes) -> list[Message]:
+        """Our own multicast, to deliver here too: at once in FIFO groups,
+        otherwise when its order allows."""
+        records = outputs[0].records if outputs and isinstance(outputs[0], OutRecords) else ()
+        self.own_last = records[-1].seq if records else seq
+        acks = records[0].acks if records else ()
+        return self.accept([Message(self.me, seq, acks, payload, self.own_last)])
+
+    def accept(self, messages: list[Message]) -> list[Message]:
+        """Messages from the transport, in FIFO order per sender; returns those
+        that may be delivered now, in delivery order."""
+        if self.ordering is None:
+            return messages
+        for message in messages:
+            ordered = OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks,
+                                     message.payload)
+            self._release(self.ordering.on_message(ordered))
+        released, self.released = self.released, []
+        return released
+
+    def take_released(self) -> list[Message]:
+        released, self.released = self.released, []
+        return released
+
+    def _release(self, ordered: list[OrderedMessage]) -> None:
+        self.released += [Message(m.sender, m.first, m.acks, m.payload, m.last) for m in ordered]
+
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float) -> list:
         if msg_type is MsgType.DIGEST:
             return self.stream.on_digest(src, entries, now)
         if msg_type is MsgType.NULL:
             self.stream.on_acks(src, entries, now)
+            if self.ordering is not None and src in self.view:
+                self.ordering.on_acks(src, entries)
+                self._release(self.ordering.deliverable())
         elif msg_type is MsgType.STABLE:
             self.stream.on_stable(entries)
         elif msg_type is MsgType.UNICAST_ACK:
@@ -150,9 +193,24 @@ class GroupStack:
 
     def frame(self, outputs: list) -> list[Frame]:
         frames: list[Frame] = []
+        nulls: list[OutNull] = []
         for output in outputs:
-            frames.extend(_FRAMERS[type(output)](self, output))
+            if self.ordering is not None and type(output) is OutNull:
+                nulls.append(output)
+            else:
+                frames.extend(_FRAMERS[type(output)](self, output))
+        if nulls:
+            frames.extend(self._promise(nulls))
         return frames
+
+    def _promise(self, nulls: list[OutNull]) -> list[Frame]:
+        """In ordered groups every member needs every member's ACKs (they are
+        its promises), so the nulls of one step become one multicast, which
+        also says how far our own stream went when we made the promise."""
+        entries = {self.me: self.own_last}
+        for null in nulls:
+            entries.update(null.acks)
+        return [(MsgType.NULL, None, Flag.NONE, encode_entries(self.tag, tuple(sorted(entries.items()))))]
 
     def _records(self, out: OutRecords) -> list[Frame]:
         msg_type = _KIND_TYPES[out.kind]

@@ -187,7 +187,8 @@ class Node:
             self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
                         view_id=state.view.view_id, optimistic=False, size=len(payload))
         state.queue(outputs, now)  # flushed by handle_timeout, with whatever else is sent meanwhile
-        self._deliver(out, state, Message(self.id, seq, (), bytes(payload)), None)
+        for message in state.accept_own(seq, outputs, bytes(payload)):
+            self._deliver(out, state, message, None)
         if state.outbox_full():
             self._flush(out, state)
         return out
@@ -291,7 +292,7 @@ class Node:
         out: list[Action] = []
         self._admit_member(out, state, header.sender)
         kind = _RECORD_KINDS[header.msg_type]
-        for message in state.stream.on_records(header.sender, records, kind, now):
+        for message in state.accept(state.stream.on_records(header.sender, records, kind, now)):
             self._deliver(out, state, message, None)
         return out
 
@@ -324,6 +325,8 @@ class Node:
         out: list[Action] = []
         if state is not None:
             self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now))
+            for message in state.take_released():
+                self._deliver(out, state, message, None)
         return out
 
     def _on_hello(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
@@ -346,6 +349,8 @@ class Node:
         out: list[Action] = []
         if state is not None and state.remove_member(header.sender):
             self._install(out, state)
+            for message in state.take_released():  # no longer held back by the leaver
+                self._deliver(out, state, message, None)
         return out
 
     # ------------------------------------------------------------------ helpers

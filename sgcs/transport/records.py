@@ -42,6 +42,8 @@ class Message:
     seq: int
     acks: tuple[Ack, ...]
     payload: bytes
+    last: int = 0
+    """Sequence number of its last record; 0 when it is ``seq`` (one record)."""
 
 
 @dataclass(frozen=True, slots=True)
