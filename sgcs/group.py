@@ -77,6 +77,8 @@ class GroupStack:
         self.released: list[Message] = []
         """Messages the ordering layer let go, for the node to deliver."""
         self.own_last = 0
+        self._request_at: float | None = None
+        self._promise_requested = False
         late = () if from_start else tuple(m for m in self.view.members if m != me)
         self.stream = ReliableStream(me, self.view.members, params, rng, now)
         if late:
@@ -144,7 +146,7 @@ class GroupStack:
         acks = records[0].acks if records else ()
         return self.accept([Message(self.me, seq, acks, payload, self.own_last)])
 
-    def accept(self, messages: list[Message]) -> list[Message]:
+    def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
         """Messages from the transport, in FIFO order per sender; returns those
         that may be delivered now, in delivery order."""
         if self.ordering is None:
@@ -153,6 +155,8 @@ class GroupStack:
             ordered = OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks,
                                      message.payload)
             self._release(self.ordering.on_message(ordered))
+        if messages:
+            self._watch_blocker(now)
         released, self.released = self.released, []
         return released
 
@@ -160,17 +164,38 @@ class GroupStack:
         released, self.released = self.released, []
         return released
 
+    def _watch_blocker(self, now: float) -> None:
+        """A message waiting on one member's promise for 3 ACK intervals means
+        that promise was probably lost: ask that member for a fresh one."""
+        if self.ordering is None or self.ordering.blocker is None:
+            self._request_at = None
+        elif self._request_at is None:
+            self._request_at = now + 3 * self.params.ack_interval
+
+    def _request_promise(self, now: float) -> list[Out]:
+        if self.ordering is None or self.ordering.blocker is None:
+            self._request_at = None
+            return []
+        self._request_at = now + 3 * self.params.ack_interval
+        member = self.ordering.blocker
+        return [OutDigest(member, ((member, self.stream.contig_of(member)),))]
+
     def _release(self, ordered: list[OrderedMessage]) -> None:
         self.released += [Message(m.sender, m.first, m.acks, m.payload, m.last) for m in ordered]
 
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float) -> list:
         if msg_type is MsgType.DIGEST:
-            return self.stream.on_digest(src, entries, now)
+            outputs = self.stream.on_digest(src, entries, now)
+            if self.ordering is not None and any(sender == self.me for sender, _ in entries):
+                self._promise_requested = True  # a member waits for our promise
+                outputs.append(OutNull(src, ()))
+            return outputs
         if msg_type is MsgType.NULL:
             self.stream.on_acks(src, entries, now)
             if self.ordering is not None and src in self.view:
                 self.ordering.on_acks(src, entries)
                 self._release(self.ordering.deliverable())
+                self._watch_blocker(now)
         elif msg_type is MsgType.STABLE:
             self.stream.on_stable(entries)
         elif msg_type is MsgType.UNICAST_ACK:
@@ -180,11 +205,14 @@ class GroupStack:
         return []
 
     def on_timeout(self, now: float) -> list:
-        return [*self.stream.on_timeout(now), *self.unicast.on_timeout(now, self.params.push_budget)]
+        outputs = [*self.stream.on_timeout(now), *self.unicast.on_timeout(now, self.params.push_budget)]
+        if self._request_at is not None and now >= self._request_at:
+            outputs += self._request_promise(now)
+        return outputs
 
     def next_deadline(self) -> float | None:
         earliest = self.stream.next_deadline()
-        for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline()):
+        for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline(), self._request_at):
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
         return earliest
@@ -208,6 +236,9 @@ class GroupStack:
         its promises), so the nulls of one step become one multicast, which
         also says how far our own stream went when we made the promise."""
         entries = {self.me: self.own_last}
+        if self._promise_requested:
+            self._promise_requested = False
+            entries.update(self.stream.received_vector())
         for null in nulls:
             entries.update(null.acks)
         return [(MsgType.NULL, None, Flag.NONE, encode_entries(self.tag, tuple(sorted(entries.items()))))]

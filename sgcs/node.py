@@ -292,7 +292,7 @@ class Node:
         out: list[Action] = []
         self._admit_member(out, state, header.sender)
         kind = _RECORD_KINDS[header.msg_type]
-        for message in state.accept(state.stream.on_records(header.sender, records, kind, now)):
+        for message in state.accept(state.stream.on_records(header.sender, records, kind, now), now):
             self._deliver(out, state, message, None)
         return out
 

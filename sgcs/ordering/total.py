@@ -34,8 +34,11 @@ can be added beside this class.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import deque
 from dataclasses import dataclass
+
+from sortedcontainers import SortedList
 
 from ..config import Order
 
@@ -79,13 +82,21 @@ class OrderingLayer:
         self.order = order
         self._streams: dict[int, _Stream] = {}
         self._acked: dict[int, dict[int, int]] = {}  # member -> sender -> highest record acked
+        self._work: set[int] = set()  # streams with unstamped messages or unused promises
+        self._heads: list[tuple[int, int, int]] = []  # (ts, sender, first) of stamped queue heads
+        self._clocks = SortedList()  # (clock, member) of the other members
+        self.blocker: int | None = None
+        """The member whose promise (or, for safe order, ACK) the next message waits for."""
         self.members: tuple[int, ...] = ()
         self.set_members(members)
 
     def set_members(self, members: tuple[int, ...]) -> None:
         self.members = tuple(sorted(set(members) | {self.me}))
         for member in self.members:
-            self._streams.setdefault(member, _Stream())
+            if member not in self._streams:
+                self._streams[member] = _Stream()
+                if member != self.me:
+                    self._clocks.add((0, member))
 
     # ------------------------------------------------------------------ inputs
 
@@ -94,6 +105,7 @@ class OrderingLayer:
         stream = self._streams.setdefault(message.sender, _Stream())
         stream.queue.append(message)
         stream.received = message.last
+        self._work.add(message.sender)
         self.on_acks(message.sender, ((message.sender, message.last), *message.acks))
         return self.deliverable()
 
@@ -109,11 +121,13 @@ class OrderingLayer:
             if sender == member:
                 own = max(own, high)
         stream.promises.append((own, tuple(acks)))
+        self._work.add(member)
 
     # ------------------------------------------------------------------ delivery
 
     def deliverable(self) -> list[OrderedMessage]:
         self._stamp_all()
+        self.blocker = None
         if self.order is Order.CAUSAL:
             return self._deliver_causal()
         out: list[OrderedMessage] = []
@@ -128,7 +142,7 @@ class OrderingLayer:
         progress = True
         while progress:
             progress = False
-            for sender in sorted(self._streams):
+            for sender in sorted(s for s, stream in self._streams.items() if stream.queue):
                 queue = self._streams[sender].queue
                 while queue and self._causally_ready(queue[0]):
                     out.append(self._pop(sender))
@@ -150,28 +164,33 @@ class OrderingLayer:
         return head is not None and stream.delivered == head.first - 1 and head.last > high
 
     def _smallest(self) -> OrderedMessage | None:
-        best: tuple[int, int] | None = None
-        found = None
-        for sender, stream in self._streams.items():
-            if stream.queue:
-                head = stream.queue[0]
-                ts = self._ts_of(stream, head.last)
-                if ts is None:
-                    continue
-                if best is None or (ts, sender) < best:
-                    best, found = (ts, sender), head
-        return found
+        """The stamped queue head with the smallest (ts, sender); stale heap
+        entries (delivered, or a departed sender) are dropped on the way."""
+        while self._heads:
+            ts, sender, first = self._heads[0]
+            stream = self._streams.get(sender)
+            if stream is not None and stream.queue and stream.queue[0].first == first:
+                return stream.queue[0]
+            heapq.heappop(self._heads)
+        return None
 
     def _may_deliver(self, message: OrderedMessage) -> bool:
         ts = self._ts_of(self._streams[message.sender], message.last)
         assert ts is not None
-        for member in self.members:
-            if member == message.sender:
-                continue
-            if self._streams[member].clock < ts and member != self.me:
+        own = self._streams[self.me]
+        if own.queue and message.sender != self.me and not (own.ends and own.ends[-1] >= own.queue[-1].last):
+            return False  # one of our own messages awaits its timestamp: it may come first
+        for clock, member in self._clocks:  # ascending: usually decided by the first one or two
+            if clock >= ts:
+                break
+            if member != message.sender:
+                self.blocker = member
                 return False
-            if self.order is Order.SAFE and self._acked.get(member, {}).get(message.sender, 0) < message.last:
-                if member != self.me:
+        if self.order is Order.SAFE:
+            for member in self.members:
+                if member not in (self.me, message.sender) and self._acked.get(member, {}).get(
+                        message.sender, 0) < message.last:
+                    self.blocker = member
                     return False
         return True
 
@@ -179,6 +198,7 @@ class OrderingLayer:
         stream = self._streams[sender]
         message = stream.queue.popleft()
         stream.delivered = message.last
+        self._push_head(sender, stream)
         if len(stream.ends) > PRUNE_AT:
             self._prune(sender, stream)
         return message
@@ -196,13 +216,30 @@ class OrderingLayer:
     # ------------------------------------------------------------------ timestamps and promises
 
     def _stamp_all(self) -> None:
-        """Compute timestamps and promises until nothing more can be learned."""
+        """Compute timestamps and promises until nothing more can be learned;
+        only streams with pending work are looked at."""
         progress = True
-        while progress:
+        while progress and self._work:
             progress = False
-            for stream in self._streams.values():
-                progress |= self._stamp(stream)
-                progress |= self._advance_promises(stream)
+            for member in sorted(self._work):
+                stream = self._streams.get(member)
+                if stream is None:
+                    self._work.discard(member)
+                    continue
+                stamped = self._stamp(stream)
+                if stamped:
+                    self._push_head(member, stream)
+                promised = self._advance_promises(member, stream)
+                progress |= stamped or promised
+                if not stream.promises and (not stream.queue or stream.ends and stream.ends[-1] >= stream.queue[-1].last):
+                    self._work.discard(member)
+
+    def _push_head(self, sender: int, stream: _Stream) -> None:
+        if stream.queue:
+            head = stream.queue[0]
+            ts = self._ts_of(stream, head.last)
+            if ts is not None:
+                heapq.heappush(self._heads, (ts, sender, head.first))
 
     def _stamp(self, stream: _Stream) -> bool:
         progress = False
@@ -248,7 +285,7 @@ class OrderingLayer:
         i = bisect.bisect_right(stream.ends, high)
         return stream.stamps[i - 1] if i else stream.base
 
-    def _advance_promises(self, stream: _Stream) -> bool:
+    def _advance_promises(self, member: int, stream: _Stream) -> bool:
         progress = False
         while stream.promises:
             position, acks = stream.promises[0]
@@ -260,6 +297,9 @@ class OrderingLayer:
             stream.promises.popleft()
             clock = max([c for c in clocks if c is not None], default=0)
             if clock > stream.clock:
+                if member != self.me:
+                    self._clocks.discard((stream.clock, member))
+                    self._clocks.add((clock, member))
                 stream.clock = clock
                 progress = True
         return progress
@@ -271,7 +311,10 @@ class OrderingLayer:
     def forget(self, member: int) -> list[OrderedMessage]:
         """A member left the view: its undelivered messages are dropped and it no
         longer holds others back. Returns messages that became deliverable."""
-        self._streams.pop(member, None)
+        stream = self._streams.pop(member, None)
+        if stream is not None and member != self.me:
+            self._clocks.discard((stream.clock, member))
+        self._work.discard(member)
         self._acked.pop(member, None)
         self.members = tuple(m for m in self.members if m != member)
         return self.deliverable()
