@@ -148,6 +148,7 @@ class ReliableStream:
         self.rng = rng
         self._next_seq = 1
         self._inbound: dict[int, _Inbound] = {}
+        self._nacking: dict[int, _Inbound] = {}  # senders with a NACK timer running
         self._store: dict[int, dict[int, Record]] = {}  # sender -> seq -> record, unstable only
         self._stable: dict[int, int] = {}
         self._buffered = 0
@@ -292,7 +293,7 @@ class ReliableStream:
         self._ack_due[sender] = inbound.contig
         if self._ack_at is None:
             self._ack_at = now + self.params.ack_interval
-        self._reschedule_nack(inbound, now)
+        self._reschedule_nack(sender, inbound, now)
 
     def on_acks(self, src: int, acks: tuple[Ack, ...], now: float) -> None:
         """ACKs from a null message or a digest of member ``src``."""
@@ -308,26 +309,33 @@ class ReliableStream:
             inbound = self._inbound_of(sender)
             if inbound.synced and high > inbound.known_high:
                 inbound.known_high = high  # the ACK reveals records we lack
-                self._reschedule_nack(inbound, now)
+                self._reschedule_nack(sender, inbound, now)
 
     def _set_ack(self, member: int, sender: int, high: int) -> None:
         i, j = self._index[member], self._index[sender]
-        if high > self._acked[i, j]:
+        old = self._acked[i, j]
+        if high > old:
             self._acked[i, j] = high
-            self._gc_due = True
+            if old <= self._stable.get(sender, 0):
+                # Only a cell at or below the column's stable floor can raise
+                # the floor: skip the collection (a column minimum) otherwise.
+                self._gc_due = True
 
     # ------------------------------------------------------------------ NACK recovery
 
-    def _reschedule_nack(self, inbound: _Inbound, now: float) -> None:
+    def _reschedule_nack(self, sender: int, inbound: _Inbound, now: float) -> None:
         if inbound.known_high <= inbound.contig:
             inbound.nack_at, inbound.nack_tries = None, 0
+            self._nacking.pop(sender, None)
         elif inbound.nack_at is None and self.params.nack_enabled:
             inbound.nack_at = now + self.params.nack_delay * (0.5 + self.rng.random())
+            self._nacking[sender] = inbound
 
     def _nack_due(self, sender: int, inbound: _Inbound, now: float) -> Out | None:
         ranges = inbound.missing(self.params.nack_max_ranges)
         if not ranges:
             inbound.nack_at = None
+            self._nacking.pop(sender, None)
             return None
         target = self._holder_for(sender, ranges[0][0], inbound.nack_tries)
         backoff = min(self.params.nack_backoff_max, self.params.nack_delay * 2 ** (inbound.nack_tries + 1))
@@ -377,6 +385,13 @@ class ReliableStream:
             start = (self._round * cap) % len(senders)
             senders = (senders[start:] + senders[:start])[:cap]
         return tuple((s, self._contig_of(s)) for s in senders)
+
+    def received_vector(self) -> tuple[Ack, ...]:
+        """How far we hold each member's stream (our own included): a full ACK."""
+        return tuple((m, self._contig_of(m)) for m in self.members if self._contig_of(m))
+
+    def contig_of(self, sender: int) -> int:
+        return self._contig_of(sender)
 
     def _contig_of(self, sender: int) -> int:
         if sender == self.me:
@@ -437,7 +452,7 @@ class ReliableStream:
 
     def on_timeout(self, now: float) -> list[Out]:
         out: list[Out] = []
-        for sender, inbound in self._inbound.items():
+        for sender, inbound in list(self._nacking.items()):
             if inbound.nack_at is not None and inbound.nack_at <= now:
                 nack = self._nack_due(sender, inbound, now)
                 if nack is not None:
@@ -486,7 +501,7 @@ class ReliableStream:
         return OutStable(None, ((self.me, self._announced),))
 
     def next_deadline(self) -> float | None:
-        deadlines = [i.nack_at for i in self._inbound.values() if i.nack_at is not None]
+        deadlines = [i.nack_at for i in self._nacking.values() if i.nack_at is not None]
         if self.params.gossip_enabled and self._buffered:
             deadlines.append(self._next_gossip)
         for due in (self._ack_at, self._announce_at):
@@ -520,6 +535,8 @@ class ReliableStream:
 
     def _buffer(self, record: Record) -> None:
         if record.seq > self._stable.get(record.sender, 0):
+            if record.sender not in self._store:
+                self._gc_due = True  # a new stream: its floor was not followed by _set_ack
             self._store.setdefault(record.sender, {})[record.seq] = record
             self._buffered += 1
             self._counts["peak"] = max(self._counts["peak"], self._buffered)
@@ -527,6 +544,7 @@ class ReliableStream:
     def _forget_sender(self, sender: int) -> None:
         self._buffered -= len(self._store.pop(sender, {}))
         self._inbound.pop(sender, None)
+        self._nacking.pop(sender, None)
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
 
