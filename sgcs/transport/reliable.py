@@ -566,5 +566,7 @@ class ReliableStream:
 
 def _reassemble(fragments: list[Record]) -> Message:
     first = fragments[0]
-    payload = first.payload if len(fragments) == 1 else b"".join(r.payload for r in fragments)
-    return Message(first.sender, first.seq, first.acks, payload)
+    if len(fragments) == 1:
+        return Message(first.sender, first.seq, first.acks, first.payload)
+    payload = b"".join(r.payload for r in fragments)
+    return Message(first.sender, first.seq, first.acks, payload, fragments[-1].seq)
