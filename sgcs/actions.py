@@ -61,6 +61,15 @@ class ViewInstalled:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupError:
+    """The group refused this node, e.g. it joined with a different order.
+    The node has left the group; the application gets ``message``."""
+
+    group: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class TraceEvent:
     """One row of the trace (shared/DESIGN.md, trace schema 1).
 
@@ -81,4 +90,4 @@ class TraceEvent:
     reason: str | None = None
 
 
-Action = Union[Send, Multicast, Deliver, ViewInstalled, TraceEvent]
+Action = Union[Send, Multicast, Deliver, ViewInstalled, GroupError, TraceEvent]

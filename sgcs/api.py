@@ -36,7 +36,7 @@ from typing import Union
 
 import trio
 
-from .actions import Deliver, ViewInstalled
+from .actions import Deliver, GroupError, ViewInstalled
 from .config import Config, Order
 from .errors import UsageError
 from .io.trio_driver import AppEvent, DriverStatistics, TrioDriver, open_driver
@@ -102,6 +102,8 @@ yields to trio's scheduler (it always does when it has to wait)."""
 
 
 def _event_of(action: AppEvent) -> Event:
+    if isinstance(action, GroupError):
+        raise UsageError(action.message)  # the group refused us (e.g. another order)
     if isinstance(action, Deliver):
         return Delivery(action.sender, action.seq, action.payload, action.view_id, action.group, action.dest)
     return ViewChange(action.view_id, action.members, action.group)

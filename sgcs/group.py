@@ -78,6 +78,10 @@ class GroupStack:
         """Messages the ordering layer let go, for the node to deliver."""
         self.own_last = 0
         self._request_at: float | None = None
+        self.rejected: set[int] = set()
+        """Members refused for joining with another order: never admitted."""
+        self.joining = False
+        """We announced our join and no member with our order has answered yet."""
         self._promise_requested = False
         late = () if from_start else tuple(m for m in self.view.members if m != me)
         self.stream = ReliableStream(me, self.view.members, params, rng, now)

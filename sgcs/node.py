@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .actions import Action, Address, Deliver, Multicast, Send, TraceEvent, ViewInstalled
+from .actions import Action, Address, Deliver, GroupError, Multicast, Send, TraceEvent, ViewInstalled
 from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
 from .group import GroupStack, build_params
@@ -152,6 +152,7 @@ class Node:
         if members is None:
             state.next_beacon = now + self.config.beacon_interval
         if not fresh:
+            state.joining = True  # until a member with our order answers
             self._multicast_hello(out, state, reply_wanted=True)
         return out
 
@@ -335,6 +336,9 @@ class Node:
         if state is None:
             return []
         out: list[Action] = []
+        if msg.order is not state.order:
+            return self._order_mismatch(state, header.sender, msg, src, now)
+        state.joining = False  # a member with our order answered: we are in
         if msg.reply_wanted and header.sender in state.view:
             state.restart_member(header.sender)  # it joins afresh: its old streams are void
         self._admit_member(out, state, header.sender)
@@ -351,6 +355,22 @@ class Node:
             self._install(out, state)
             for message in state.take_released():  # no longer held back by the leaver
                 self._deliver(out, state, message, None)
+        return out
+
+    def _order_mismatch(self, state: GroupStack, member: int, msg: HelloMsg, src: Address, now: float) -> list[Action]:
+        """A joiner with another order is never admitted, and our answer tells it
+        so; a joiner that hears such an answer from a member is refused."""
+        out = self._drop("order_mismatch")
+        state.rejected.add(member)
+        if msg.reply_wanted:
+            reply = encode_hello(HelloMsg(state.tag, state.order, False))
+            self._emit(out, Send(src, seal(self._key, MsgType.HELLO, Flag.NONE, self.id, reply), MsgType.HELLO))
+        elif state.joining:
+            del self._groups[state.name]
+            del self._by_tag[state.tag]
+            out.append(GroupError(state.name, f"group {state.name!r} delivers in {msg.order.value} order, "
+                                              f"not {state.order.value}; join it with order={msg.order.value!r}"))
+            self._trace(out, "leave", group=state.name, view_id=state.view.view_id, reason="order_mismatch")
         return out
 
     # ------------------------------------------------------------------ helpers
@@ -383,6 +403,8 @@ class Node:
             )
 
     def _admit_member(self, out: list[Action], state: GroupStack, member: int) -> None:
+        if member in state.rejected:
+            return
         if state.add_member(member):
             self._install(out, state)
 

@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sgcs.actions import Deliver, Multicast, Send, TraceEvent, ViewInstalled
+from sgcs.actions import Deliver, GroupError, Multicast, Send, TraceEvent, ViewInstalled
 from sgcs.config import Config, Order
 from sgcs.errors import UsageError, WouldBlock
 from sgcs.node import Node
@@ -309,3 +309,19 @@ def _ordered(order: Order) -> type[AdversarialNetwork]:
 test_adversarial_causal = _ordered(Order.CAUSAL).TestCase
 test_adversarial_total = _ordered(Order.TOTAL).TestCase
 test_adversarial_safe = _ordered(Order.SAFE).TestCase
+
+
+def test_joiner_with_another_order_is_refused_and_the_group_undisturbed() -> None:
+    a, b, joiner = make_node(1), make_node(2), make_node(3)
+    for n in (a, b):
+        n.join("g", 0.0, order=Order.TOTAL, members=[1, 2])
+    hello = of(Multicast, joiner.join("g", 1.0, order=Order.FIFO))[0]
+    replies = []
+    for member in (a, b):
+        out = member.handle_datagram(3, hello.data, 1.1)
+        assert not of(ViewInstalled, out), "the group's view is untouched"
+        replies += of(Send, out)
+        assert member.view("g")[1] == (1, 2)
+    errors = [e for r in replies for e in joiner.handle_datagram(1, r.data, 1.2) if isinstance(e, GroupError)]
+    assert len(errors) == 1 and "join it with order='total'" in errors[0].message
+    assert "g" not in joiner.groups

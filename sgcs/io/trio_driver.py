@@ -71,13 +71,13 @@ from typing import Any, Awaitable, Union
 
 import trio
 
-from ..actions import Action, Deliver, Multicast, Send, TraceEvent, ViewInstalled
+from ..actions import Action, Deliver, GroupError, Multicast, Send, TraceEvent, ViewInstalled
 from ..config import Config, Order
 from ..errors import UsageError, WouldBlock
 from ..node import Node
 from .sockets import Endpoint, NodeSockets, open_sockets
 
-AppEvent = Union[Deliver, ViewInstalled]
+AppEvent = Union[Deliver, ViewInstalled, GroupError]
 """What a group's channel carries; ``sgcs.api`` turns them into public events."""
 
 RECEIVE_SIZE = 65_536
@@ -424,6 +424,7 @@ _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
     Multicast: TrioDriver._multicast,
     Deliver: TrioDriver._to_app,
     ViewInstalled: TrioDriver._to_app,
+    GroupError: TrioDriver._to_app,
     TraceEvent: TrioDriver._ignore,
 }
 
