@@ -313,7 +313,7 @@ class ReliableStream:
 
     def _set_ack(self, member: int, sender: int, high: int) -> None:
         i, j = self._index[member], self._index[sender]
-        old = self._acked[i, j]
+        old = self._acked.item(i, j)  # a Python int: numpy scalars compare slowly
         if high > old:
             self._acked[i, j] = high
             if old <= self._stable.get(sender, 0):
