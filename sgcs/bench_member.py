@@ -55,6 +55,7 @@ from typing import Any
 import trio
 
 import sgcs
+from sgcs.api import Delivery, ViewChange  # the same classes as sgcs.Delivery, without the lazy lookup per event
 
 SECRET_ENV = "SGCS_BENCH_SECRET"
 GROUP = "bench"
@@ -129,13 +130,13 @@ class Member:
     async def receive(self, group: sgcs.GroupHandle) -> None:
         """Consume every event of the group: views, control and bench messages."""
         async for event in group:
-            if isinstance(event, sgcs.Delivery):
+            if isinstance(event, Delivery):
                 self._on_delivery(event)
-            elif isinstance(event, sgcs.ViewChange):
+            elif isinstance(event, ViewChange):
                 self._on_view(event.members)
         raise BenchFailure("the group's event stream ended before the run completed")
 
-    def _on_delivery(self, event: sgcs.Delivery) -> None:
+    def _on_delivery(self, event: Delivery) -> None:
         now = time.monotonic_ns()
         payload = event.payload
         (stamp,) = STAMP.unpack_from(payload)
