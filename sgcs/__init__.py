@@ -42,5 +42,7 @@ def __getattr__(name: str) -> Any:
     if name in _API_NAMES:
         from . import api
 
-        return getattr(api, name)
+        value = getattr(api, name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'sgcs' has no attribute {name!r}")
