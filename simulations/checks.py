@@ -1,10 +1,10 @@
-"""Quick pandas checks of a trace: invariants 1 and 2 (shared/DESIGN.md).
+"""Quick pandas checks of a trace: invariants 1 to 7 (shared/DESIGN.md).
 
 Theory of operation
 -------------------
 The Spark package checks every invariant on big traces; these helpers check
-the two per-node ones on traces small enough for pandas, for tests and for a
-quick look after a run.
+them on traces small enough for pandas, for tests and for a quick look after
+a run.
 
 A node that crashes and recovers restarts with fresh state, including its
 sequence numbers and its delivery history. Its history is therefore split
@@ -12,10 +12,29 @@ into incarnations at each ``recover`` row (row order is event order), and an
 invariant is checked within one incarnation of the delivering node. Unicasts
 have their own per-destination sequence numbers, so they are keyed apart from
 multicasts.
+
+Invariant 5 (virtual synchrony) cuts each incarnation's multicast deliveries
+in a group into segments at its installed ``view`` rows (those whose
+``optimistic`` is not True): the segment between views Vi and Vi+1 is keyed
+by the pair of view ids, and every segment with the same key must hold the
+same set of messages. Sets are compared through an order-free hash (the sum
+of per-message hashes), so a million deliveries cost a few vectorised
+passes; only the keys whose hashes disagree are expanded into Python sets to
+name the missing or extra messages. Deliveries after an incarnation's last
+view, or before its first, are not constrained.
+
+Invariant 7 (optimistic messages) has two parts: a message with a
+``rollback`` row anywhere is delivered nowhere, and a message sent with
+``optimistic`` True under optimistic view O is delivered only in installed
+views whose members include all of O's (taken from the ``view`` rows with
+``optimistic`` True). The subset test is done once per distinct (O, delivery
+view) pair, not once per delivery. Messages are ``(group, sender, seq)``,
+which is unique across incarnations, and only multicasts count for 5 and 7.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +52,17 @@ def read_events(run: str | Path) -> Any:
     return pq.read_table(Path(run) / "events").to_pandas()
 
 
-def deliveries(events: Any) -> Any:
-    """Deliver rows, with ``incarnation`` (of the delivering node) and ``unicast``."""
+def _with_incarnation(events: Any) -> Any:
+    """Every row, with ``incarnation`` (of the row's node) and ``unicast``; shared by
+    the delivery checks and the view segmentation so both split histories alike."""
     events = events.reset_index(drop=True)
     incarnation = (events["kind"] == "recover").astype("int64").groupby(events["node"]).cumsum()
-    rows = events.assign(incarnation=incarnation, unicast=events["dest"].notna())
+    return events.assign(incarnation=incarnation, unicast=events["dest"].notna())
+
+
+def deliveries(events: Any) -> Any:
+    """Deliver rows, with ``incarnation`` (of the delivering node) and ``unicast``."""
+    rows = _with_incarnation(events)
     return rows[rows["kind"] == "deliver"]
 
 
@@ -82,14 +107,19 @@ def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
 
 
 def violations(events: Any, grace: float = 2.0) -> dict[str, int]:
-    """Counts for invariants 1, 2, 3, 4 and 6 on a pandas-sized trace (3 and 4
-    apply to groups of that order; run them on such groups)."""
+    """Counts for invariants 1 to 7 on a pandas-sized trace (3 and 4 apply to
+    groups of that order; run them on such groups). Invariant 7 has two counts:
+    rolled-back messages delivered, and optimistic messages delivered in a view
+    that lacks a member of their optimistic view."""
     return {
         "1_duplicate": len(duplicate_deliveries(events)),
         "2_fifo": len(out_of_order_deliveries(events)),
         "3_total": total_order_violations(events),
         "4_causal": causal_violations(events),
+        "5_virtual_synchrony": len(virtual_synchrony_violations(events)),
         "6_loss_among_survivors": len(undelivered_among_survivors(events, grace)),
+        "7_rolled_back_delivered": len(rolled_back_deliveries(events)),
+        "7_outside_optimistic_view": len(optimistic_view_violations(events)),
     }
 
 
@@ -150,3 +180,126 @@ def causal_violations(events: Any) -> int:
                 violations += 1
             vector[column[int(sender)]] = seq
     return violations
+
+
+_INCARNATION = ["node", "incarnation", "group"]
+_SEGMENT = [*_INCARNATION, "segment"]
+_VIEW_PAIR = ["group", "view_id", "next_view_id"]
+_MESSAGE = ["group", "sender", "seq"]
+
+
+def _optimistic(rows: Any) -> Any:
+    """``optimistic`` as plain bools (null, absent or False all mean "not optimistic")."""
+    import pandas as pd
+
+    if "optimistic" not in rows:
+        return pd.Series(False, index=rows.index)
+    return rows["optimistic"].eq(True).fillna(False).astype(bool)
+
+
+def _view_segments(events: Any) -> tuple[Any, Any]:
+    """Invariant 5's segments and the multicast deliveries in them.
+
+    Returns ``(segments, delivered)``: one segment row per installed view that
+    has a next installed view in the same incarnation and group (``view_id``,
+    ``next_view_id``, and ``hash``/``count`` of its set of messages), and the
+    deduplicated deliver rows tagged with their segment. ``segment`` is the
+    running count of installed views, so it needs one grouped cumsum in row order.
+    """
+    import pandas as pd
+
+    rows = _with_incarnation(events)
+    is_view = (rows["kind"] == "view") & ~_optimistic(rows)
+    rows = rows[is_view | ((rows["kind"] == "deliver") & ~rows["unicast"])]
+    rows = rows[[*_INCARNATION, "kind", "view_id", "sender", "seq"]].assign(is_view=is_view[rows.index])
+    rows["segment"] = rows["is_view"].astype("int64").groupby([rows[k] for k in _INCARNATION], sort=False).cumsum()
+    views = rows[rows["is_view"]].copy()
+    views["next_view_id"] = views.groupby(_INCARNATION, sort=False)["view_id"].shift(-1)
+    views = views[views["next_view_id"].notna()]
+    delivered = rows[~rows["is_view"] & (rows["segment"] > 0)].drop_duplicates([*_SEGMENT, "sender", "seq"])
+    delivered = delivered.assign(hash=pd.util.hash_pandas_object(delivered[["sender", "seq"]], index=False))
+    sets = delivered.groupby(_SEGMENT, sort=False)["hash"].agg(["sum", "size"])
+    # reindex, not a left merge: a merge's NaN for empty segments would turn the uint64 hashes to floats
+    sets = sets.reindex(pd.MultiIndex.from_frame(views[_SEGMENT]), fill_value=0)
+    segments = views[[*_SEGMENT, "view_id", "next_view_id"]].reset_index(drop=True)
+    return segments.assign(hash=sets["sum"].to_numpy(), count=sets["size"].to_numpy()), delivered
+
+
+def virtual_synchrony_violations(events: Any) -> Any:
+    """Invariant 5: incarnations that delivered a different set of multicasts
+    between the same two consecutive installed views than the reference one.
+
+    Per (group, view_id, next_view_id), the reference is the incarnation whose
+    set is the most common one (so one node that missed a message is the one
+    reported, not everyone else). One row per disagreeing incarnation: the
+    reference ``node``/``incarnation``, the ``other_node``/``other_incarnation``,
+    ``difference`` (symmetric difference size) and an example message
+    (``example_sender``, ``example_seq``).
+    """
+    import pandas as pd
+
+    segments, delivered = _view_segments(events)
+    variants = segments.drop_duplicates([*_VIEW_PAIR, "hash", "count"]).groupby(_VIEW_PAIR, sort=False).size()
+    suspect = variants[variants > 1].reset_index()[_VIEW_PAIR]
+    segments = segments.merge(suspect, on=_VIEW_PAIR)
+    columns = [*_VIEW_PAIR, "node", "incarnation", "other_node", "other_incarnation",
+               "difference", "example_sender", "example_seq"]
+    if segments.empty:
+        return pd.DataFrame(columns=columns)
+    tagged = delivered.merge(segments[_SEGMENT], on=_SEGMENT)
+    sets = {k: frozenset(zip(r["sender"], r["seq"])) for k, r in tagged.groupby(_SEGMENT, sort=False)}
+    found: list[tuple[Any, ...]] = []
+    for pair, members in segments.groupby(_VIEW_PAIR, sort=False):
+        keys = [tuple(k) for k in members[_SEGMENT].itertuples(index=False)]
+        signatures = list(zip(members["hash"], members["count"]))
+        common = Counter(signatures).most_common(1)[0][0]  # ties: the first one met
+        ref_key = keys[signatures.index(common)]
+        reference = sets.get(ref_key, frozenset())
+        for key, signature in zip(keys, signatures):
+            if signature != common:
+                diff = reference ^ sets.get(key, frozenset())
+                sender, seq = min(diff)
+                found.append((*pair, *ref_key[:2], *key[:2], len(diff), int(sender), int(seq)))
+    return pd.DataFrame(found, columns=columns)
+
+
+def rolled_back_deliveries(events: Any) -> Any:
+    """Invariant 7, first part: deliver rows (multicast) of a message that has a
+    ``rollback`` row on any node; a rolled-back message must be delivered nowhere."""
+    multicast = events[events["dest"].isna()]
+    rolled = multicast[multicast["kind"] == "rollback"][_MESSAGE].drop_duplicates()
+    delivered = multicast[multicast["kind"] == "deliver"]
+    return delivered.merge(rolled, on=_MESSAGE)[["t", "node", *_MESSAGE, "view_id"]]
+
+
+def optimistic_view_violations(events: Any) -> Any:
+    """Invariant 7, second part: deliveries of a message sent optimistically under
+    view O in an installed view that lacks some member of O.
+
+    O's members come from the optimistic ``view`` rows with that id, the delivery
+    view's from the installed ones. Messages whose O is unknown, or delivered in
+    a view with no installed row, are skipped (nothing to compare). The subset
+    test runs once per distinct (O, delivery view) pair. ``missing`` lists O's
+    members absent from the delivery view.
+    """
+    multicast = events[events["dest"].isna()]
+    optimistic = _optimistic(multicast)
+    views = multicast[multicast["kind"] == "view"]
+    members_of = {
+        flag: views[optimistic[views.index] == flag].drop_duplicates("view_id").set_index("view_id")["members"]
+        for flag in (True, False)
+    }
+    sends = multicast[(multicast["kind"] == "send") & optimistic][[*_MESSAGE, "view_id"]]
+    sends = sends.rename(columns={"view_id": "optimistic_view"}).drop_duplicates(_MESSAGE)
+    delivered = multicast[multicast["kind"] == "deliver"][["t", "node", *_MESSAGE, "view_id"]]
+    delivered = delivered.merge(sends, on=_MESSAGE)
+    pairs = delivered[["optimistic_view", "view_id"]].drop_duplicates()
+    missing: dict[tuple[str, str], list[int]] = {}
+    for o_view, d_view in zip(pairs["optimistic_view"], pairs["view_id"]):
+        if o_view in members_of[True].index and d_view in members_of[False].index:
+            absent = set(members_of[True][o_view]) - set(members_of[False][d_view])
+            if absent:
+                missing[(o_view, d_view)] = sorted(int(m) for m in absent)
+    keys = list(zip(delivered["optimistic_view"], delivered["view_id"]))
+    delivered = delivered.assign(missing=[missing.get(k) for k in keys])
+    return delivered[delivered["missing"].notna()].reset_index(drop=True)
