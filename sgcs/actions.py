@@ -58,6 +58,46 @@ class ViewInstalled:
     group: str
     view_id: str
     members: tuple[int, ...]
+    joined: tuple[int, ...] = ()
+    left: tuple[int, ...] = ()
+    """Members that left gracefully."""
+    failed: tuple[int, ...] = ()
+    """Members excluded as failed (or unresponsive during the change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OptimisticView:
+    """A view change began: ``members`` is the estimate of the next view.
+    Messages sent from now until the next ``ViewInstalled`` are optimistic:
+    delivered in the new view if it contains these members, else rolled back."""
+
+    group: str
+    view_id: str
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """Optimistic messages ``(sender, seq)`` that will be delivered nowhere."""
+
+    group: str
+    messages: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSuspected:
+    """The failure detector suspects ``member`` (it is being probed)."""
+
+    group: str
+    member: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberBusy:
+    """A suspect turned out alive but slow: a neighbour heard from it recently."""
+
+    group: str
+    member: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,4 +130,5 @@ class TraceEvent:
     reason: str | None = None
 
 
-Action = Union[Send, Multicast, Deliver, ViewInstalled, GroupError, TraceEvent]
+Action = Union[Send, Multicast, Deliver, ViewInstalled, OptimisticView, Rollback, MemberSuspected, MemberBusy,
+               GroupError, TraceEvent]

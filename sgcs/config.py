@@ -104,6 +104,25 @@ class Config:
     gossip_enabled: bool = True
     """False: repair by NACK only."""
 
+    # -- membership (both drivers) --
+    suspect_factor: float = 1.5
+    """c in suspect_timeout = c * ceil(log2 N) * gossip_interval, seconds: how long
+    a member's heartbeat may stand still before it is suspected. At least 1."""
+    probe_count: int = 3
+    """Direct probes (pull stage) sent to a suspect before its neighbours are asked."""
+    probe_interval: float = 0.2
+    """Seconds between two probes; the pull stage lasts probe_count * probe_interval."""
+    ask_count: int = 3
+    """Neighbours asked (ask stage) whether they heard from a suspect; 0 in a group of two."""
+    ask_timeout: float = 0.4
+    """Seconds the ask stage waits for neighbours before the suspect is declared failed."""
+    view_timeout: float = 1.0
+    """Seconds each phase of a view change (flush replies, commit) may take before
+    the coordinator retries without the members that did not answer."""
+    optimistic: bool = True
+    """Senders keep sending during a view change (optimistic virtual synchrony).
+    False: sends wait (WouldBlock) from the flush until the new view is installed."""
+
     def __post_init__(self) -> None:
         _validate(self)
 
@@ -157,6 +176,12 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
     ("max_message", int, 1, 1 << 30),
     ("flush_delay", (int, float), 0.0, 1.0),
     ("shuffle_rounds", int, 1, 1_000_000),
+    ("suspect_factor", (int, float), 1.0, 1_000.0),
+    ("probe_count", int, 1, 100),
+    ("probe_interval", (int, float), 0.001, 60.0),
+    ("ask_count", int, 0, 64),
+    ("ask_timeout", (int, float), 0.001, 60.0),
+    ("view_timeout", (int, float), 0.01, 600.0),
 )
 
 
@@ -167,7 +192,7 @@ def _validate(config: Config) -> None:
             raise UsageError(f"Config.{name} must be a number in [{low}, {high}], got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             raise UsageError(f"Config.{name} must be in [{low}, {high}], got {value!r}")
-    for name in ("multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled"):
+    for name in ("multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled", "optimistic"):
         if not isinstance(getattr(config, name), bool):
             raise UsageError(f"Config.{name} must be true or false, got {getattr(config, name)!r}")
     if not isinstance(config.secret, bytes) or len(config.secret) < 8:

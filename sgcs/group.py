@@ -24,15 +24,18 @@ import random
 from typing import Iterable
 
 from .config import Config, Order
-from .membership.static import View
+from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
 from .ordering.total import OrderedMessage, OrderingLayer
 from .transport.framing import ack_budget, entries_budget, fragment_size, pack
 from .transport.records import Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
 from .transport.reliable import ReliableStream, TransportParams
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
 from .wire import (
+    ORDER_CODES,
+    Control,
     Flag,
     MsgType,
+    decode_control_untrusted,
     encode_entries,
     encode_nack,
     encode_records,
@@ -60,22 +63,33 @@ def build_params(config: Config) -> TransportParams:
 
 
 class GroupStack:
-    """View, reliable streams and outbox of one group on one node."""
+    """View, reliable streams and outbox of one group on one member."""
 
     def __init__(self, name: str, order: Order, me: int, members: Iterable[int], params: TransportParams,
-                 rng: random.Random, now: float, from_start: bool = True) -> None:
+                 rng: random.Random, now: float, from_start: bool = True, *, view_timeout: float = 1.0,
+                 optimistic: bool = True, first_seq: int = 1) -> None:
         self.name = name
         self.tag = group_tag(name)
         self.order = order
         self.me = me
         self.params = params
-        self.view = View(set(members) | {me})
-        self.ordering = None if order is Order.FIFO else OrderingLayer(me, self.view.members, order)
-        if self.ordering is not None:
+        initial = set(members) | {me}
+        self.agreement = ViewAgreement(me, initial, view_timeout, now, self.tag, epoch=1 if len(initial) > 1 else 0)
+        self.optimistic = optimistic
+        if order is not Order.FIFO:
             # a message must list every ACK gathered before it (its causal past)
             params = dataclasses.replace(params, max_acks=1 << 20)
+        self.ordering = self._new_ordering({})
         self.released: list[Message] = []
         """Messages the ordering layer let go, for the node to deliver."""
+        self.happenings: list[tuple[str, object]] = []
+        """View events in the order the node must report them: ("deliver",
+        Message), ("optimistic", View), ("view", (old, new)), ("rollback", Message)."""
+        self.limits: dict[int, int] | None = None
+        """During a view change: the highest record per sender deliverable in the old view."""
+        self.held: list[Message] = []
+        self.committing: Commit | None = None
+        self.discarded = 0
         self.own_last = 0
         self._request_at: float | None = None
         self.rejected: set[int] = set()
@@ -84,43 +98,147 @@ class GroupStack:
         """We announced our join and no member with our order has answered yet."""
         self._promise_requested = False
         late = () if from_start else tuple(m for m in self.view.members if m != me)
-        self.stream = ReliableStream(me, self.view.members, params, rng, now)
+        self.stream = ReliableStream(me, self.view.members, params, rng, now, first_seq)
         if late:
             self.stream.set_members(self.view.members, late=late)
         self.unicast = UnicastStreams(me, params.fragment_size, params.window_max)
         self.outbox: list[Record] = []
         self._outbox_bytes = 0
         self.flush_at: float | None = None
-        self.next_beacon: float | None = None
+        self.next_beacon: float | None = now
         self.last_send = -math.inf
+
+    @property
+    def view(self) -> View:
+        return self.agreement.view
+
+    def _new_ordering(self, starts: dict[int, int]) -> OrderingLayer | None:
+        if self.order is Order.FIFO:
+            return None
+        ordering = OrderingLayer(self.me, self.agreement.view.members, self.order)
+        for member, seq in starts.items():
+            ordering.start_at(member, seq)
+        return ordering
 
     # ------------------------------------------------------------------ membership
 
-    def add_member(self, member: int) -> bool:
-        if not self.view.add(member):
-            return False
-        self.stream.set_members(self.view.members, late=(member,))
-        if self.ordering is not None:
-            self.ordering.set_members(self.view.members)
-        return True
+    def snapshot(self) -> tuple[int, dict[int, int]]:
+        """Our last own record and how far we hold each member's stream."""
+        return self.stream.contig_of(self.me), dict(self.stream.received_vector())
 
-    def remove_member(self, member: int) -> bool:
-        if not self.view.remove(member):
-            return False
-        self.stream.set_members(self.view.members)
-        self.unicast.forget(member)
-        if self.ordering is not None:
-            self._release(self.ordering.forget(member))
-        return True
+    def on_agreement(self, outputs: list[AgreementOut], now: float) -> list:
+        """Apply what the view agreement decided; returns control frames to send.
+        Our own multicast proposals and commits, and replies to ourselves, are
+        handled here at once (the network does not loop them back)."""
+        frames: list = []
+        for output in outputs:
+            if isinstance(output, CtlSend):
+                frames.append(output)
+                if output.dst is None and output.msg_type in (MsgType.PROPOSE, MsgType.COMMIT) \
+                        or output.dst == self.me:
+                    frames += self.on_control(output.msg_type, self.me, decode_control_untrusted(output.body), now)
+            elif isinstance(output, Freeze):
+                self.limits = output.limits
+                self.happenings.append(("optimistic", output.optimistic))
+            elif isinstance(output, Commit):
+                frames += self._begin_commit(output, now)
+        return [f for f in frames if not (isinstance(f, CtlSend) and f.dst == self.me)]
 
-    def restart_member(self, member: int) -> None:
-        """``member`` announced it is joining afresh: its old streams are void."""
-        self.stream.set_members(self.view.members, late=(member,))
-        self.unicast.forget(member)
+    def on_control(self, msg_type: MsgType, src: int, msg: Control, now: float) -> list:
+        agreement = self.agreement
+        if msg_type is MsgType.PROPOSE:
+            return self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now), now)
+        if msg_type is MsgType.FLUSH:
+            return self.on_agreement(agreement.on_flush(src, msg, now), now)
+        if msg_type is MsgType.COMMIT:
+            return self.on_agreement(agreement.on_commit(src, msg), now)
+        if msg_type is MsgType.INSTALLED:
+            agreement.on_installed(src, msg)
+        elif msg_type is MsgType.BEACON:
+            return self.on_agreement(self._on_beacon(src, msg, now), now)
+        return []
+
+    def _on_beacon(self, src: int, msg: Control, now: float) -> list[AgreementOut]:
+        members = {m for m, _ in msg.lists[0]} if msg.lists else {src}
+        if msg.b != ORDER_CODES.index(self.order) or src in self.rejected:
+            return []
+        if src in self.view.members:
+            if members & set(self.view.members) == {src} and len(self.view.members) > 1:
+                return self.agreement.member_failed(src, now)  # it restarted, or missed its exclusion
+            return []
+        return self.agreement.merge_with(dict.fromkeys(members, msg.epoch), src, now)
+
+    def _begin_commit(self, commit: Commit, now: float) -> list:
+        self.committing = commit
+        old = self.view.members
+        if commit.view.members == (self.me,) and not commit.cut:
+            return self._install(now)  # left out: start again alone
+        for sender in old:
+            self.stream.expect(sender, commit.cut.get(sender, 0), now)
+        self.limits = {s: commit.cut.get(s, 0) for s in old}
+        held, self.held = self.held, []
+        self._release(self._pass_gate(held))
+        return self.progress(now)
+
+    def progress(self, now: float) -> list:
+        """Install the committed view once every stream is complete up to the cut."""
+        commit = self.committing
+        if commit is None:
+            return []
+        if all(self.stream.contig_of(s) >= commit.cut.get(s, 0) for s in self.view.members if s != self.me):
+            return self._install(now)
+        return []
+
+    def _install(self, now: float) -> list:
+        commit = self.committing
+        assert commit is not None
+        old = self.view
+        self._drain_old_view()
+        new = commit.view.members
+        newcomers = tuple(m for m in new if m not in old)
+        self.stream.set_members(new, starts={m: commit.cut.get(m, 0) for m in newcomers})
+        self.stream.raise_floors(commit.cut, newcomers)
+        for member in old.members:
+            if member not in new:
+                self.unicast.forget(member)
+        leavers = frozenset(self.agreement.leaving)
+        frames = self.agreement.installed(commit)
+        self.ordering = self._new_ordering({m: commit.cut.get(m, 0) for m in new})
+        self.happenings.append(("view", (old, commit.view, leavers)))
+        self.limits, self.committing = None, None
+        held, self.held = self.held, []
+        for message in held:
+            if message.sender not in new or (message.sender == self.me and new == (self.me,) and len(old.members) > 1):
+                if message.sender == self.me:
+                    self.happenings.append(("rollback", message))
+                continue
+            if message.first <= commit.rollback.get(message.sender, 0):
+                self.happenings.append(("rollback", message))
+                continue
+            self._release(self._order([message]))
+        return self.on_agreement(frames, now)
+
+    def _drain_old_view(self) -> None:
+        """Deliver everything up to the cut in the old view; ordered groups
+        stop waiting for promises (every member holds the same cut)."""
+        self.happenings += [("deliver", m) for m in self.released]
+        self.released = []
+        if self.ordering is not None:
+            delivered, discarded = self.ordering.drain()
+            self.happenings += [("deliver", _message(m)) for m in delivered]
+            self.discarded += len(discarded)
+
+    def member_failed(self, member: int, now: float) -> list:
+        return self.on_agreement(self.agreement.member_failed(member, now), now)
+
+    def member_leaving(self, member: int, now: float) -> list:
+        return self.on_agreement(self.agreement.member_leaving(member, now), now)
 
     # ------------------------------------------------------------------ sending
 
     def ready_at(self, now: float) -> float | None:
+        if self.limits is not None and not self.optimistic:
+            return None  # pessimistic mode: sends wait for the new view
         delay = self.stream.send_delay()
         return None if delay is None else max(now, self.last_send + delay)
 
@@ -153,16 +271,39 @@ class GroupStack:
     def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
         """Messages from the transport, in FIFO order per sender; returns those
         that may be delivered now, in delivery order."""
+        if self.limits is not None:
+            messages = self._pass_gate(messages)
         if self.ordering is None:
             return messages
-        for message in messages:
-            ordered = OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks,
-                                     message.payload)
-            self._release(self.ordering.on_message(ordered))
+        self._release(self._order(messages))
         if messages:
             self._watch_blocker(now)
         released, self.released = self.released, []
         return released
+
+    def _pass_gate(self, messages: list[Message]) -> list[Message]:
+        """During a view change only messages within the snapshot (later: the
+        cut) belong to the old view; the rest wait for the new one. FIFO per
+        sender keeps a sender's later messages behind its first held one."""
+        limits = self.limits
+        assert limits is not None
+        passed: list[Message] = []
+        for message in messages:
+            if (message.last or message.seq) <= limits.get(message.sender, 0):
+                passed.append(message)
+            else:
+                self.held.append(message)
+        return passed
+
+    def _order(self, messages: list[Message]) -> list[Message]:
+        if self.ordering is None:
+            return messages
+        out: list[Message] = []
+        for message in messages:
+            ordered = OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks,
+                                     message.payload)
+            out += map(_message, self.ordering.on_message(ordered))
+        return out
 
     def take_released(self) -> list[Message]:
         released, self.released = self.released, []
@@ -184,8 +325,8 @@ class GroupStack:
         member = self.ordering.blocker
         return [OutDigest(member, ((member, self.stream.contig_of(member)),))]
 
-    def _release(self, ordered: list[OrderedMessage]) -> None:
-        self.released += [Message(m.sender, m.first, m.acks, m.payload, m.last) for m in ordered]
+    def _release(self, messages: list[Message]) -> None:
+        self.released += messages
 
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float) -> list:
         if msg_type is MsgType.DIGEST:
@@ -198,7 +339,7 @@ class GroupStack:
             self.stream.on_acks(src, entries, now)
             if self.ordering is not None and src in self.view:
                 self.ordering.on_acks(src, entries)
-                self._release(self.ordering.deliverable())
+                self._release([_message(m) for m in self.ordering.deliverable()])
                 self._watch_blocker(now)
         elif msg_type is MsgType.STABLE:
             self.stream.on_stable(entries)
@@ -212,11 +353,13 @@ class GroupStack:
         outputs = [*self.stream.on_timeout(now), *self.unicast.on_timeout(now, self.params.push_budget)]
         if self._request_at is not None and now >= self._request_at:
             outputs += self._request_promise(now)
-        return outputs
+        outputs += self.on_agreement(self.agreement.on_timeout(now), now)
+        return outputs + self.progress(now)
 
     def next_deadline(self) -> float | None:
         earliest = self.stream.next_deadline()
-        for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline(), self._request_at):
+        for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline(), self._request_at,
+                         self.agreement.next_deadline()):
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
         return earliest
@@ -227,7 +370,9 @@ class GroupStack:
         frames: list[Frame] = []
         nulls: list[OutNull] = []
         for output in outputs:
-            if self.ordering is not None and type(output) is OutNull:
+            if type(output) is CtlSend:
+                frames.append((output.msg_type, output.dst, Flag.NONE, output.body))
+            elif self.ordering is not None and type(output) is OutNull:
                 nulls.append(output)
             else:
                 frames.extend(_FRAMERS[type(output)](self, output))
@@ -270,6 +415,10 @@ class GroupStack:
 
     def _unicast_ack(self, out: UnicastAck) -> list[Frame]:
         return [(MsgType.UNICAST_ACK, out.dst, Flag.NONE, encode_entries(self.tag, ((out.dst, out.high),)))]
+
+
+def _message(m: OrderedMessage) -> Message:
+    return Message(m.sender, m.first, m.acks, m.payload, m.last)
 
 
 _FRAMERS = {

@@ -31,10 +31,25 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .actions import Action, Address, Deliver, GroupError, Multicast, Send, TraceEvent, ViewInstalled
+from .actions import (
+    Action,
+    Address,
+    Deliver,
+    GroupError,
+    MemberBusy,
+    MemberSuspected,
+    Multicast,
+    OptimisticView,
+    Rollback,
+    Send,
+    TraceEvent,
+    ViewInstalled,
+)
 from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
 from .group import GroupStack, build_params
+from .membership.agreement import CtlSend, View
+from .membership.detector import FailureDetector, FdEvent, FdParams, FdSend
 from .transport.records import Message
 from .wire import (
     MAX_GROUP_NAME,
@@ -42,8 +57,11 @@ from .wire import (
     Header,
     HelloMsg,
     LeaveMsg,
+    ORDER_CODES,
     MsgType,
+    decode_control_untrusted,
     decode_datagram_untrusted,
+    decode_heartbeat_untrusted,
     decode_entries_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
@@ -104,10 +122,14 @@ class Node:
         *,
         resolve: Callable[[int], Address | None] | None = None,
         trace: bool = False,
+        incarnation: int = 0,
     ) -> None:
         if not 0 <= node_id < 2**63:
             raise UsageError(f"node id must be in [0, 2**63), got {node_id}")
+        if not 0 <= incarnation < 2**31:
+            raise UsageError(f"incarnation must be in [0, 2**31), got {incarnation}")
         self.id = node_id
+        self.incarnation = incarnation
         self.config = config
         self.rng = rng
         self.trace = trace
@@ -119,6 +141,10 @@ class Node:
         self._addresses: dict[int, Address] = {}
         self._counts = {"rx": 0, "rx_bytes": 0, "tx": 0, "tx_bytes": 0, "sent": 0, "delivered": 0, "foreign": 0}
         self._drops: dict[str, int] = {}
+        self.detector = FailureDetector(node_id, FdParams(
+            config.gossip_interval, config.suspect_factor, config.probe_count, config.probe_interval,
+            config.ask_count, config.ask_timeout), rng, 0.0)
+        self._watch_started = False
 
     # ------------------------------------------------------------------ commands
 
@@ -143,15 +169,16 @@ class Node:
             raise UsageError(f"group name {group!r} collides on the wire with a joined group; rename it")
         initial = {self.id, *(members or ())}
         fresh = members is not None if from_start is None else from_start
-        state = GroupStack(group, Order.parse(order), self.id, initial, self._params, self.rng, now, fresh)
+        state = GroupStack(group, Order.parse(order), self.id, initial, self._params, self.rng, now, fresh,
+                           view_timeout=self.config.view_timeout, optimistic=self.config.optimistic,
+                           first_seq=(self.incarnation << 32) + 1)
         self._groups[group] = state
         self._by_tag[state.tag] = state
         out: list[Action] = []
         self._trace(out, "join", group=group)
-        self._install(out, state)
+        self._install(out, state, View(-1, ()), state.view)
+        self._watch(now)
         if members is None:
-            state.next_beacon = now + self.config.beacon_interval
-        if not fresh:
             state.joining = True  # until a member with our order answers
             self._multicast_hello(out, state, reply_wanted=True)
         return out
@@ -166,6 +193,7 @@ class Node:
         self._trace(out, "leave", group=group, view_id=state.view.view_id)
         del self._groups[group]
         del self._by_tag[state.tag]
+        self._watch(now)
         return out
 
     def send_ready_at(self, group: str, now: float) -> float | None:
@@ -184,12 +212,17 @@ class Node:
         state.last_send = now
         out: list[Action] = []
         self._counts["sent"] += 1
+        if len(self._groups) == 1:
+            self.detector.note_multicast(now)  # every watched member hears from us directly
         if self.trace:  # the test here spares the hot path building the keywords
+            optimistic = state.agreement.optimistic_view() if state.limits is not None else None
             self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
-                        view_id=state.view.view_id, optimistic=False, size=len(payload))
+                        view_id=(optimistic or state.view).view_id, optimistic=optimistic is not None,
+                        size=len(payload))
         state.queue(outputs, now)  # flushed by handle_timeout, with whatever else is sent meanwhile
         for message in state.accept_own(seq, outputs, bytes(payload)):
             self._deliver(out, state, message, None)
+        self._drain(out, state, now)
         if state.outbox_full():
             self._flush(out, state)
         return out
@@ -224,25 +257,43 @@ class Node:
                 return []  # our own multicast, looped back by the network
             if header.sender in self._addresses or len(self._addresses) < MAX_PEERS:
                 self._addresses[header.sender] = src  # a restarted peer may have moved
-            return _HANDLERS[header.msg_type](self, header, body, src, now)
+            out = _HANDLERS[header.msg_type](self, header, body, src, now)
+            if self.detector.suspects or self.detector.failed:
+                self._on_detector(out, self.detector.heard(header.sender, now), now)
+            else:
+                self.detector.heard(header.sender, now)
+            return out
         except DecodeError as exc:
             return self._drop(exc.reason)
 
     def handle_timeout(self, now: float) -> list[Action]:
         """Run every timer that is due at ``now``."""
         out: list[Action] = []
-        for state in self._groups.values():
+        self._on_detector(out, self.detector.on_timeout(now), now)
+        for state in list(self._groups.values()):
             if state.flush_at is not None and state.flush_at <= now:
                 self._flush(out, state)
             if state.next_beacon is not None and state.next_beacon <= now:
                 state.next_beacon = now + self.config.beacon_interval
-                self._multicast_hello(out, state, reply_wanted=False)
+                if state.agreement.coordinator() == self.id:
+                    order_code = ORDER_CODES.index(state.order)
+                    self._route(out, state, [state.agreement.beacon(self.incarnation, order_code)])
             self._route(out, state, state.on_timeout(now))
+            self._drain(out, state, now)
+        return out
+
+    def handle_unreachable(self, address: Address, now: float) -> list[Action]:
+        """The driver learnt that nobody listens at ``address`` any more (ICMP
+        port unreachable): the failure detector's pull stage has its answer."""
+        out: list[Action] = []
+        for member, known in list(self._addresses.items()):
+            if known == address:
+                self._on_detector(out, self.detector.on_unreachable(member, now), now)
         return out
 
     def next_deadline(self) -> float | None:
         """The earliest time at which ``handle_timeout`` has work, or None."""
-        earliest = None
+        earliest = self.detector.next_deadline()
         for state in self._groups.values():  # a plain loop: the driver asks after every call
             deadline = state.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
@@ -291,10 +342,13 @@ class Node:
         if state is None:
             return []
         out: list[Action] = []
-        self._admit_member(out, state, header.sender)
         kind = _RECORD_KINDS[header.msg_type]
         for message in state.accept(state.stream.on_records(header.sender, records, kind, now), now):
             self._deliver(out, state, message, None)
+        if state.committing is not None:
+            self._route(out, state, state.progress(now))
+        if state.happenings:
+            self._drain(out, state, now)
         return out
 
     def _on_unicast(self, header: Header, body: bytes, now: float) -> list[Action]:
@@ -304,8 +358,9 @@ class Node:
             return []
         if dest != self.id or any(r.sender != header.sender for r in records):
             return self._drop("misaddressed")
+        if header.sender not in state.view:
+            return []  # not (or no longer) a member: its unicasts wait for a shared view
         out: list[Action] = []
-        self._admit_member(out, state, header.sender)
         messages, ack = state.unicast.on_records(header.sender, records)
         for message in messages:
             self._deliver(out, state, message, self.id)
@@ -328,6 +383,8 @@ class Node:
             self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now))
             for message in state.take_released():
                 self._deliver(out, state, message, None)
+            if state.happenings:
+                self._drain(out, state, now)
         return out
 
     def _on_hello(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
@@ -339,9 +396,6 @@ class Node:
         if msg.order is not state.order:
             return self._order_mismatch(state, header.sender, msg, src, now)
         state.joining = False  # a member with our order answered: we are in
-        if msg.reply_wanted and header.sender in state.view:
-            state.restart_member(header.sender)  # it joins afresh: its old streams are void
-        self._admit_member(out, state, header.sender)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
             self._emit(out, Send(src, seal(self._key, MsgType.HELLO, Flag.NONE, self.id, reply), MsgType.HELLO))
@@ -351,10 +405,42 @@ class Node:
         msg = decode_leave_untrusted(body)
         state = self._member_group(msg.group_tag)
         out: list[Action] = []
-        if state is not None and state.remove_member(header.sender):
-            self._install(out, state)
-            for message in state.take_released():  # no longer held back by the leaver
-                self._deliver(out, state, message, None)
+        if state is not None:
+            self._route(out, state, state.member_leaving(header.sender, now))
+            self._drain(out, state, now)
+        return out
+
+    def _on_heartbeat(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
+        members, counters = decode_heartbeat_untrusted(body)
+        out: list[Action] = []
+        self._on_detector(out, self.detector.on_heartbeat(header.sender, members, counters, now), now)
+        return out
+
+    def _on_probing(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
+        """PROBE, PROBE_ACK, ASK and ASK_REPLY: the detector's pull and ask stages."""
+        msg = decode_control_untrusted(body)
+        detector, sender = self.detector, header.sender
+        if header.msg_type is MsgType.PROBE:
+            outputs = detector.on_probe(sender, msg)
+        elif header.msg_type is MsgType.ASK:
+            outputs = detector.on_ask(sender, msg, now)
+        elif header.msg_type is MsgType.ASK_REPLY:
+            outputs = detector.on_ask_reply(msg, now)
+        else:
+            outputs = []  # a probe's answer: the datagram itself is the evidence
+        out: list[Action] = []
+        self._on_detector(out, outputs, now)
+        return out
+
+    def _on_view_control(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
+        """BEACON, PROPOSE, FLUSH, COMMIT and INSTALLED: view agreement."""
+        msg = decode_control_untrusted(body)
+        state = self._member_group(msg.group_tag)
+        if state is None:
+            return []
+        out: list[Action] = []
+        self._route(out, state, state.on_control(header.msg_type, header.sender, msg, now))
+        self._drain(out, state, now)
         return out
 
     def _order_mismatch(self, state: GroupStack, member: int, msg: HelloMsg, src: Address, now: float) -> list[Action]:
@@ -402,16 +488,78 @@ class Node:
                 "raise it or send smaller messages"
             )
 
-    def _admit_member(self, out: list[Action], state: GroupStack, member: int) -> None:
-        if member in state.rejected:
-            return
-        if state.add_member(member):
-            self._install(out, state)
+    def _watch(self, now: float) -> None:
+        """The detector watches every member of every group we are in."""
+        members: set[int] = set()
+        for state in self._groups.values():
+            members.update(state.view.members)
+        self.detector.set_members(members, now)
 
-    def _install(self, out: list[Action], state: GroupStack) -> None:
-        view = state.view
-        out.append(ViewInstalled(state.name, view.view_id, view.members))
-        self._trace(out, "view", group=state.name, view_id=view.view_id, members=view.members)
+    def _on_detector(self, out: list[Action], outputs: list, now: float) -> None:
+        for output in outputs:
+            if type(output) is FdSend:
+                address = self._address_of(output.dst)
+                if address is not None:
+                    self._emit(out, Send(address, seal(self._key, output.msg_type, Flag.NONE, self.id, output.body),
+                                         output.msg_type))
+            else:
+                self._on_fd_event(out, output, now)
+
+    def _on_fd_event(self, out: list[Action], event: FdEvent, now: float) -> None:
+        kind, member = event.kind, event.member
+        reason = "busy" if kind == "busy" else None
+        self._trace(out, "unsuspect" if kind == "busy" else kind, target=member, reason=reason)
+        for state in list(self._groups.values()):
+            if member not in state.view:
+                continue
+            if kind == "suspect":
+                out.append(MemberSuspected(state.name, member))
+            elif kind == "busy":
+                out.append(MemberBusy(state.name, member))
+                state.agreement.member_alive(member)
+            elif kind == "unsuspect":
+                state.agreement.member_alive(member)
+            elif kind == "failed":
+                self._route(out, state, state.member_failed(member, now))
+                self._drain(out, state, now)
+
+    def _drain(self, out: list[Action], state: GroupStack, now: float) -> None:
+        """Report what a view change did, in order: old-view deliveries, the
+        optimistic view, the new view, rollbacks and new-view deliveries."""
+        for message in state.take_released():
+            self._deliver(out, state, message, None)
+        happenings, state.happenings = state.happenings, []
+        installed = False
+        for kind, value in happenings:
+            if kind == "deliver":
+                self._deliver(out, state, value, None)  # type: ignore[arg-type]
+            elif kind == "optimistic":
+                view = value
+                out.append(OptimisticView(state.name, view.view_id, view.members))  # type: ignore[attr-defined]
+                self._trace(out, "view", group=state.name, view_id=view.view_id,  # type: ignore[attr-defined]
+                            members=view.members, optimistic=True)  # type: ignore[attr-defined]
+            elif kind == "view":
+                old, new, left = value  # type: ignore[misc]
+                self._install(out, state, old, new, left)
+                installed = True
+            elif kind == "rollback":
+                message = value
+                out.append(Rollback(state.name, ((message.sender, message.seq),)))  # type: ignore[attr-defined]
+                self._trace(out, "rollback", group=state.name, sender=message.sender,  # type: ignore[attr-defined]
+                            seq=message.seq, order=state.order.value, view_id=state.view.view_id)  # type: ignore
+        for message in state.take_released():
+            self._deliver(out, state, message, None)
+        if installed:
+            self._watch(now)
+
+    def _install(self, out: list[Action], state: GroupStack, old: View, new: View,
+                 leavers: frozenset[int] = frozenset()) -> None:
+        gone = tuple(m for m in old.members if m not in new)
+        failed = tuple(m for m in gone if m not in leavers)
+        left = tuple(m for m in gone if m in leavers)
+        joined = tuple(m for m in new.members if m not in old and old.members)
+        out.append(ViewInstalled(state.name, new.view_id, new.members, joined, left, failed))
+        self._trace(out, "view", group=state.name, view_id=new.view_id, members=new.members, optimistic=False)
 
     def _deliver(self, out: list[Action], state: GroupStack, message: Message, dest: int | None) -> None:
         self._counts["delivered"] += 1
@@ -480,4 +628,14 @@ _HANDLERS: dict[MsgType, _Handler] = {
     MsgType.UNICAST_ACK: Node._on_entries,
     MsgType.HELLO: Node._on_hello,
     MsgType.LEAVE: Node._on_leave,
+    MsgType.HEARTBEAT: Node._on_heartbeat,
+    MsgType.PROBE: Node._on_probing,
+    MsgType.PROBE_ACK: Node._on_probing,
+    MsgType.ASK: Node._on_probing,
+    MsgType.ASK_REPLY: Node._on_probing,
+    MsgType.BEACON: Node._on_view_control,
+    MsgType.PROPOSE: Node._on_view_control,
+    MsgType.FLUSH: Node._on_view_control,
+    MsgType.COMMIT: Node._on_view_control,
+    MsgType.INSTALLED: Node._on_view_control,
 }

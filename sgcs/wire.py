@@ -27,6 +27,8 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from .config import MAX_UDP_PAYLOAD, Order
 from .errors import DecodeError
 
@@ -55,6 +57,16 @@ class MsgType(enum.IntEnum):
     NULL = 8
     STABLE = 9
     UNICAST_ACK = 10
+    HEARTBEAT = 11
+    PROBE = 12
+    PROBE_ACK = 13
+    ASK = 14
+    ASK_REPLY = 15
+    BEACON = 16
+    PROPOSE = 17
+    FLUSH = 18
+    COMMIT = 19
+    INSTALLED = 20
 
     @property
     def label(self) -> str:
@@ -326,3 +338,75 @@ def decode_unicast_untrusted(body: bytes) -> "tuple[int, int, tuple[Record, ...]
     (dest,) = _DEST.unpack_from(body)
     tag, records = decode_records_untrusted(body[_DEST.size :])
     return dest, tag, records
+
+
+# ---------------------------------------------------------------- membership
+#
+# heartbeat := count I | (member Q, counter H)*       (HEARTBEAT; counters mod 2**16)
+# control   := group_tag Q | epoch Q | attempt I | a Q | b Q | lists B | entries*
+#              (PROBE, PROBE_ACK, ASK, ASK_REPLY, BEACON, PROPOSE, FLUSH, COMMIT,
+#              INSTALLED; what a, b and each entry list mean is per type, see
+#              ``membership.agreement`` and ``membership.detector``)
+
+MAX_HEARTBEAT_ENTRIES = 6_000
+"""Members per heartbeat datagram (10 bytes each, within one UDP payload);
+longer lists are sent in several datagrams."""
+MAX_ENTRY_LISTS = 4
+_HEARTBEAT_DTYPE = np.dtype([("member", ">u8"), ("counter", ">u2")])
+_COUNT = struct.Struct("!I")
+_CONTROL = struct.Struct("!QQIQQB")
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A membership control message; field meanings depend on the type."""
+
+    group_tag: int = 0
+    epoch: int = 0
+    attempt: int = 0
+    a: int = 0
+    b: int = 0
+    lists: tuple[tuple[tuple[int, int], ...], ...] = ()
+
+
+def encode_heartbeat(members: np.ndarray, counters: np.ndarray) -> bytes:
+    """Heartbeat counters of ``members`` (both arrays of one length)."""
+    table = np.empty(len(members), dtype=_HEARTBEAT_DTYPE)
+    table["member"] = members
+    table["counter"] = counters & 0xFFFF
+    return _COUNT.pack(len(members)) + table.tobytes()
+
+
+def decode_heartbeat_untrusted(body: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (members int64, counters int64), as numpy arrays."""
+    if len(body) < _COUNT.size:
+        raise DecodeError("length", "heartbeat")
+    (count,) = _COUNT.unpack_from(body)
+    if count > MAX_HEARTBEAT_ENTRIES or len(body) != _COUNT.size + count * _HEARTBEAT_DTYPE.itemsize:
+        raise DecodeError("length", "heartbeat entries")
+    table = np.frombuffer(body, dtype=_HEARTBEAT_DTYPE, offset=_COUNT.size)
+    members = table["member"].astype(np.int64)
+    if count and (members < 0).any():
+        raise DecodeError("body", "heartbeat member out of range")
+    return members, table["counter"].astype(np.int64)
+
+
+def encode_control(msg: Control) -> bytes:
+    parts = [_CONTROL.pack(msg.group_tag, msg.epoch, msg.attempt, msg.a, msg.b, len(msg.lists))]
+    parts += [encode_acks(entries) for entries in msg.lists]
+    return b"".join(parts)
+
+
+def decode_control_untrusted(body: bytes) -> Control:
+    if len(body) < _CONTROL.size:
+        raise DecodeError("length", "control")
+    tag, epoch, attempt, a, b, count = _CONTROL.unpack_from(body)
+    if count > MAX_ENTRY_LISTS or max(epoch, a, b) >= 2**63:
+        raise DecodeError("body", "control fields")
+    pos, lists = _CONTROL.size, []
+    for _ in range(count):
+        entries, pos = decode_acks_untrusted(body, pos)
+        lists.append(entries)
+    if pos != len(body):
+        raise DecodeError("length", "trailing bytes")
+    return Control(tag, epoch, attempt, a, b, tuple(lists))

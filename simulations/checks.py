@@ -96,11 +96,13 @@ def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
     expected = sends[["t", "group", "sender", "seq", "view_id"]].merge(views, on="view_id")
     expected = expected.explode("members").rename(columns={"members": "node"})
     expected["node"] = expected["node"].astype("int64")
-    churn = events[events["kind"].isin(["crash", "leave", "recover"])][["node", "t"]]
+    churn = events[events["kind"].isin(["crash", "leave", "recover"])][["node", "t", "kind"]]
     last_churn = churn.groupby("node")["t"].max()
+    last_kind = churn.groupby("node")["kind"].last()
     for column in ("node", "sender"):
         gone = expected[column].map(last_churn)
-        expected = expected[gone.isna() | (gone < expected["t"])]
+        recovered = expected[column].map(last_kind) == "recover"
+        expected = expected[gone.isna() | ((gone < expected["t"]) & recovered)]
     got = deliveries(events)[["node", "group", "sender", "seq"]].drop_duplicates()
     merged = expected.merge(got, on=["node", "group", "sender", "seq"], how="left", indicator=True)
     return merged[merged["_merge"] == "left_only"].drop(columns="_merge").reset_index(drop=True)

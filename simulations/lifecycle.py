@@ -7,8 +7,8 @@ Theory of operation
 that at equal times a boundary comes before a fault and a fault before any
 traffic it causes. It then starts every node not named in a join fault, and
 has each join its groups at t=0 with the full t=0 membership, so that no
-discovery traffic is needed; a node that starts or rejoins later is given the
-group's current members and is learnt by the others on first contact.
+discovery traffic is needed; a node that starts or rejoins later starts as a
+singleton view and merges with the group through beacons (join = merge).
 
 The fault handlers, one per action (``FAULT_HANDLERS``):
 
@@ -64,7 +64,7 @@ def start_run(sim: "Simulator") -> None:
 
 
 def join_groups(sim: "Simulator", node_id: int, now: float,
-                members_of: Callable[["GroupState"], list[int]]) -> None:
+                members_of: Callable[["GroupState"], list[int] | None]) -> None:
     node = sim.nodes[node_id]
     if node is None:
         raise RuntimeError(f"node {node_id} must be up to join its groups")
@@ -77,8 +77,10 @@ def join_groups(sim: "Simulator", node_id: int, now: float,
     sim.rearm(node_id, now)
 
 
-def _current_members(node_id: int) -> Callable[["GroupState"], list[int]]:
-    return lambda group: sorted(group.joined | {node_id})
+def _discover(group: "GroupState") -> None:
+    """A node that starts or rejoins later is a singleton view that finds the
+    group by beacons and merges with it (join = merge)."""
+    return None
 
 
 def _crash(sim: "Simulator", fault: Fault, now: float) -> None:
@@ -102,7 +104,7 @@ def _recover(sim: "Simulator", fault: Fault, now: float) -> None:
         sim.new_node(node_id)
         sim.events.add(now, node_id, TraceEvent("recover"))
         if sim.in_groups[node_id]:
-            join_groups(sim, node_id, now, _current_members(node_id))
+            join_groups(sim, node_id, now, _discover)
         sim.membership_changed()
 
 
@@ -115,7 +117,7 @@ def _join(sim: "Simulator", fault: Fault, now: float) -> None:
         elif sim.in_groups[node_id]:
             raise RuntimeError(f"join of node {node_id}, which is already in its groups")
         sim.in_groups[node_id] = True
-        join_groups(sim, node_id, now, _current_members(node_id))
+        join_groups(sim, node_id, now, _discover)
         sim.membership_changed()
 
 

@@ -40,7 +40,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sgcs.actions import Deliver, Multicast, Send, TraceEvent, ViewInstalled
+from sgcs.actions import (
+    Deliver,
+    MemberBusy,
+    MemberSuspected,
+    Multicast,
+    OptimisticView,
+    Rollback,
+    Send,
+    TraceEvent,
+    ViewInstalled,
+)
 from sgcs.errors import UsageError
 from sgcs.node import Node
 
@@ -148,6 +158,7 @@ class Simulator:
         self._live: np.ndarray | None = None
         self._on_action: dict[type, Callable[[int, Any, float], None]] = {
             Send: self._send, Multicast: self._multicast, Deliver: self._deliver, ViewInstalled: _ignore,
+            OptimisticView: _ignore, Rollback: _ignore, MemberSuspected: _ignore, MemberBusy: _ignore,
         }
         self._dispatch = (self._arrive, self._timer, self._app, self._fault, self._resume, self._bucket, self._retry)
         self.waiting: dict[tuple[int, str], int] = {}
@@ -179,7 +190,7 @@ class Simulator:
         incarnation = self.incarnation[node_id] + 1
         self.incarnation[node_id] = incarnation
         rng = random.Random(f"{self.scenario.seed}:{node_id}:{incarnation}")
-        node = Node(node_id, self.scenario.config, rng, resolve=_identity, trace=True)
+        node = Node(node_id, self.scenario.config, rng, resolve=_identity, trace=True, incarnation=incarnation)
         self.nodes[node_id] = node
         self.timer_at[node_id] = None
         self._live = None

@@ -304,6 +304,28 @@ class OrderingLayer:
                 progress = True
         return progress
 
+    def start_at(self, member: int, seq: int) -> None:
+        """A new view begins ``member``'s stream after record ``seq`` (the cut)."""
+        stream = self._streams.setdefault(member, _Stream())
+        stream.received = max(stream.received, seq)
+        stream.delivered = max(stream.delivered, seq)
+
+    def drain(self) -> tuple[list[OrderedMessage], list[OrderedMessage]]:
+        """End of a view: every member holds the same messages up to the cut,
+        so deliver them all in the order's deterministic sequence without
+        waiting for promises. Messages that refer to records beyond the cut
+        (of excluded members, never to be completed) cannot be stamped or are
+        never causally ready: they are returned as discarded, alike everywhere."""
+        self._stamp_all()
+        if self.order is Order.CAUSAL:
+            delivered = self._deliver_causal()
+        else:
+            delivered = []
+            while (candidate := self._smallest()) is not None:
+                delivered.append(self._pop(candidate.sender))
+        discarded = [m for sender in sorted(self._streams) for m in self._streams[sender].queue]
+        return delivered, discarded
+
     def waiting(self) -> bool:
         """Messages are held back: idle members should send their promises."""
         return any(s.queue for s in self._streams.values())

@@ -142,11 +142,12 @@ class _Inbound:
 class ReliableStream:
     """One member's reliable multicast in one group; a pure state machine."""
 
-    def __init__(self, me: int, members: tuple[int, ...], params: TransportParams, rng: random.Random, now: float) -> None:
+    def __init__(self, me: int, members: tuple[int, ...], params: TransportParams, rng: random.Random, now: float,
+                 first_seq: int = 1) -> None:
         self.me = me
         self.params = params
         self.rng = rng
-        self._next_seq = 1
+        self._next_seq = first_seq
         self._inbound: dict[int, _Inbound] = {}
         self._nacking: dict[int, _Inbound] = {}  # senders with a NACK timer running
         self._store: dict[int, dict[int, Record]] = {}  # sender -> seq -> record, unstable only
@@ -175,10 +176,13 @@ class ReliableStream:
 
     # ------------------------------------------------------------------ view
 
-    def set_members(self, members: tuple[int, ...], late: tuple[int, ...] = ()) -> None:
+    def set_members(self, members: tuple[int, ...], late: tuple[int, ...] = (),
+                    starts: dict[int, int] | None = None) -> None:
         """Install a new membership; rows and columns of departed members go.
         Streams of ``late`` members start at the first record we see of them
-        (the join point), not at 1: their earlier records may be gone."""
+        (the join point), not at 1: their earlier records may be gone. Streams
+        of ``starts`` members begin just after the given number (a view
+        change's cut), and every member is known to hold them that far."""
         old_index, old = self._index, self._acked
         self.members = tuple(sorted(set(members) | {self.me}))
         self._index = {m: i for i, m in enumerate(self.members)}
@@ -197,7 +201,34 @@ class ReliableStream:
             if member != self.me and member in self._index:
                 self._forget_sender(member)
                 self._inbound[member] = _Inbound(synced=False)
+        for member, start in (starts or {}).items():
+            if member in self._index:
+                self._start_at(member, start)
         self._collect_garbage()
+
+    def _start_at(self, sender: int, start: int) -> None:
+        if sender != self.me:
+            self._forget_sender(sender)
+            inbound = self._inbound[sender] = _Inbound()
+            inbound.contig = inbound.known_high = start
+
+    def raise_floors(self, cut: dict[int, int], newcomers: tuple[int, ...]) -> None:
+        """Members new to the view start every stream after the view's cut:
+        they will never ask for what precedes it."""
+        rows = [self._index[m] for m in newcomers if m in self._index]
+        for sender, high in cut.items():
+            j = self._index.get(sender)
+            if j is not None and rows:
+                self._acked[rows, j] = np.maximum(self._acked[rows, j], high)
+        self._gc_due = True
+
+    def expect(self, sender: int, high: int, now: float) -> None:
+        """Records of ``sender`` up to ``high`` exist (a view change's cut): fetch them."""
+        inbound = self._inbound.get(sender)
+        if sender != self.me and sender in self._index and inbound is not None and high > inbound.known_high:
+            inbound.synced = True
+            inbound.known_high = high
+            self._reschedule_nack(sender, inbound, now)
 
     # ------------------------------------------------------------------ sending
 

@@ -1,0 +1,387 @@
+"""Three-phase view agreement with virtual synchrony and optimistic views.
+
+Theory of operation
+-------------------
+One ``ViewAgreement`` runs per group and node (SGCS paper, section 4.2; the
+optimistic part follows Sussman, Keidar and Marzullo, 2000). Views are
+numbered by an epoch; a view's id names its epoch and its members.
+
+* **Coordinator.** The lowest member of the current view that is not known to
+  have failed or left. It starts a change when its wanted membership (the view,
+  minus failed and leaving members, plus the members of other components whose
+  beacons it heard) differs from the view. Join and merge are one operation: a
+  starting node is a singleton view, coordinators multicast beacons listing
+  their view, and of two coordinators that hear each other the lower id
+  proposes the union.
+* **Initiate.** The coordinator multicasts PROPOSE(epoch, attempt, members).
+  A member accepts the proposal with the highest (epoch, attempt, lowest
+  coordinator) above its view's epoch. On its first acceptance in a change it
+  freezes a *snapshot*: how far it holds each sender's stream, and its own
+  last sequence number. From then on it delivers nothing beyond the snapshot
+  in the old view (the group layer holds it back), but it keeps sending: its
+  new messages are *optimistic*, sent under the proposal as optimistic view.
+* **Agree.** Each member answers FLUSH with its frozen snapshot, and with the
+  highest of its own sequence numbers sent under an earlier proposal of this
+  change that is not a subset of this one (those must be rolled back). Once
+  every proposed member answered, the coordinator multicasts COMMIT: the
+  members, the *cut* (per sender, the highest snapshot anyone reported: every
+  message up to it is held by some survivor, so it can be completed) and the
+  rollback bounds.
+* **Install.** Each member fetches what it lacks up to the cut (NACKs to any
+  holder), delivers it in the old view, installs the new view, rolls back
+  optimistic messages of the rollback ranges, delivers the rest of the held
+  messages in the new view, and answers INSTALLED. Members new to a member's
+  view start their streams after the cut. A member left out of the COMMIT
+  installs a singleton view and merges back through beacons.
+* **Timers.** The coordinator repeats PROPOSE and COMMIT every third of
+  ``view_timeout``; a member that has not answered FLUSH after
+  ``view_timeout`` is left out of the next attempt (a follow-up change). A
+  member that waits ``2 * view_timeout`` for a COMMIT takes over if it is the
+  lowest live member of the proposal.
+
+Two members that install V and then V' deliver in V exactly the messages up
+to the same cut (invariant 5). A message delivered after install was sent
+under a proposal that is a subset of the installed view, or it was rolled
+back everywhere (invariant 7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass, field
+
+from ..wire import Control, MsgType, encode_control
+
+Entries = tuple[tuple[int, int], ...]
+
+
+def view_id_of(epoch: int, members: tuple[int, ...]) -> str:
+    digest = hashlib.blake2b(struct.pack(f"!Q{len(members)}Q", epoch, *members), digest_size=6)
+    return f"v{epoch}.{len(members)}-{digest.hexdigest()}"
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    epoch: int
+    members: tuple[int, ...]
+    view_id: str = ""
+
+    @classmethod
+    def of(cls, epoch: int, members: "set[int] | tuple[int, ...]") -> "View":
+        ordered = tuple(sorted(members))
+        return cls(epoch, ordered, view_id_of(epoch, ordered))
+
+    def __contains__(self, member: object) -> bool:
+        return member in self.members
+
+
+@dataclass(frozen=True, slots=True)
+class CtlSend:
+    """A control message: to one member, or multicast to the group (dst None)."""
+
+    dst: int | None
+    msg_type: MsgType
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Freeze:
+    """Hold back everything past ``limits`` (a snapshot); an optimistic view begins."""
+
+    limits: dict[int, int]
+    optimistic: View
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Complete every stream up to ``cut``, then install ``view``."""
+
+    view: View
+    cut: dict[int, int]
+    rollback: dict[int, int]
+    coordinator: int
+    attempt: int
+
+
+AgreementOut = CtlSend | Freeze | Commit
+
+
+@dataclass
+class _Proposal:
+    epoch: int
+    attempt: int
+    coordinator: int
+    members: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return self.epoch, self.attempt, -self.coordinator
+
+
+@dataclass
+class _Coordination:
+    proposal: _Proposal
+    replies: dict[int, tuple[int, Entries, int]] = field(default_factory=dict)
+    """member -> (frozen own seq, frozen vector, rollback bound)."""
+    deadline: float = 0.0
+    repeat_at: float = 0.0
+    commit: bytes | None = None
+    installed: set[int] = field(default_factory=set)
+
+
+class ViewAgreement:
+    """The view of one group on one member, and the changes that move it."""
+
+    def __init__(self, me: int, members: set[int], view_timeout: float, now: float, tag: int = 0,
+                 epoch: int = 1) -> None:
+        self.me = me
+        self.tag = tag
+        self.view_timeout = view_timeout
+        self.view = View.of(epoch, members | {me})
+        self.leaving: set[int] = set()
+        self.failed: set[int] = set()
+        self.joiners: dict[int, int] = {}
+        """Members of other components to merge in, with the epoch of their view."""
+        self.accepted: _Proposal | None = None
+        self.snapshot: tuple[int, dict[int, int]] | None = None
+        self.sent_under: list[tuple[tuple[int, ...], int]] = []
+        """(optimistic view members, our last seq sent under it) during a change."""
+        self.commit_wait: float | None = None
+        self.coordination: _Coordination | None = None
+        self.committing: Commit | None = None
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def changing(self) -> bool:
+        return self.accepted is not None
+
+    def coordinator(self) -> int:
+        live = [m for m in self.view.members if m not in self.failed and m not in self.leaving]
+        return min(live) if live else self.me
+
+    def wanted(self) -> set[int]:
+        keep = {m for m in self.view.members if m not in self.failed and m not in self.leaving}
+        return keep | set(self.joiners) | {self.me}
+
+    def optimistic_view(self) -> View | None:
+        return None if self.accepted is None else View.of(self.accepted.epoch, self.accepted.members)
+
+    # ------------------------------------------------------------------ triggers
+
+    def member_failed(self, member: int, now: float) -> list[AgreementOut]:
+        if member in self.view and member != self.me:
+            self.failed.add(member)
+        self.joiners.pop(member, None)
+        return self.reconsider(now)
+
+    def member_alive(self, member: int) -> None:
+        """A member declared failed was heard from again: a later change may keep it."""
+        self.failed.discard(member)
+
+    def member_leaving(self, member: int, now: float) -> list[AgreementOut]:
+        if member in self.view:
+            self.leaving.add(member)
+        return self.reconsider(now)
+
+    def merge_with(self, members: dict[int, int], coordinator: int, now: float) -> list[AgreementOut]:
+        """Beacon of another component: the lower coordinator proposes the union."""
+        if self.coordinator() != self.me or coordinator < self.me:
+            return []
+        fresh = {m: e for m, e in members.items() if m not in self.view or m in self.failed}
+        if not fresh:
+            return []
+        self.joiners.update(fresh)
+        return self.reconsider(now)
+
+    def reconsider(self, now: float) -> list[AgreementOut]:
+        """As coordinator, propose when the wanted membership is not the view."""
+        if self.coordinator() != self.me:
+            return []
+        wanted = tuple(sorted(self.wanted()))
+        current = self.coordination.proposal.members if self.coordination else self.view.members
+        if wanted == current:
+            return []
+        return self._propose(wanted, now)
+
+    def _propose(self, members: tuple[int, ...], now: float) -> list[AgreementOut]:
+        epoch = max([self.view.epoch, *self.joiners.values()]) + 1
+        attempt = 1
+        if self.accepted is not None and self.accepted.epoch >= epoch:
+            epoch, attempt = self.accepted.epoch, self.accepted.attempt + 1
+        proposal = _Proposal(epoch, attempt, self.me, members)
+        self.coordination = _Coordination(proposal, deadline=now + self.view_timeout)
+        return self._send_proposal(now)
+
+    def _send_proposal(self, now: float) -> list[AgreementOut]:
+        coordination = self.coordination
+        assert coordination is not None
+        p = coordination.proposal
+        coordination.repeat_at = now + self.view_timeout / 3
+        body = encode_control(Control(self.tag, p.epoch, p.attempt, p.coordinator, 0, (tuple((m, 0) for m in p.members),)))
+        return [CtlSend(None, MsgType.PROPOSE, body)]
+
+    # ------------------------------------------------------------------ participant
+
+    def on_propose(self, src: int, msg: Control, snapshot: tuple[int, dict[int, int]], now: float
+                   ) -> list[AgreementOut]:
+        members = tuple(m for m, _ in msg.lists[0]) if msg.lists else ()
+        proposal = _Proposal(msg.epoch, msg.attempt, src, members)
+        if self.me not in members or proposal.epoch <= self.view.epoch:
+            return []
+        if self.accepted is not None and proposal.key < self.accepted.key:
+            return []
+        out: list[AgreementOut] = []
+        if self.accepted is None or proposal.key != self.accepted.key:
+            if self.snapshot is None:
+                self.snapshot = snapshot
+                out.append(Freeze(dict(snapshot[1]), View.of(proposal.epoch, members)))
+            elif self.accepted is not None:
+                self.sent_under.append((self.accepted.members, snapshot[0]))
+            if self.coordination is not None and proposal.coordinator != self.me:
+                self.coordination = None  # a higher proposal wins: follow it
+            self.accepted = proposal
+        self.commit_wait = now + 2 * self.view_timeout
+        out.append(self._flush_reply(src, proposal))
+        return out
+
+    def _flush_reply(self, coordinator: int, proposal: _Proposal) -> CtlSend:
+        assert self.snapshot is not None
+        own, vector = self.snapshot
+        members = set(proposal.members)
+        rollback = max([upto for under, upto in self.sent_under if not set(under) <= members], default=0)
+        body = encode_control(Control(self.tag, proposal.epoch, proposal.attempt, own, rollback,
+                                      (tuple(sorted(vector.items())),)))
+        return CtlSend(coordinator, MsgType.FLUSH, body)
+
+    def on_commit(self, src: int, msg: Control) -> list[AgreementOut]:
+        if len(msg.lists) != 3 or msg.epoch <= self.view.epoch or self.committing is not None:
+            if msg.epoch == self.view.epoch and self.me in self.view:
+                return [self._installed_reply(src, msg.epoch, msg.attempt)]
+            return []
+        members = tuple(m for m, _ in msg.lists[0])
+        if self.me not in members:
+            if self.me in self.view.members and src in self.view.members:
+                return [Commit(View.of(msg.epoch, {self.me}), {}, {}, src, msg.attempt)]  # we were left out
+            return []
+        self.committing = Commit(View.of(msg.epoch, members), dict(msg.lists[1]), dict(msg.lists[2]), src,
+                                 msg.attempt)
+        return [self.committing]
+
+    def installed(self, commit: Commit) -> list[AgreementOut]:
+        """The group layer completed the cut and installed ``commit.view``."""
+        self.view = commit.view
+        self.failed &= set(self.view.members)
+        self.leaving &= set(self.view.members)
+        self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
+        self.accepted = self.snapshot = self.commit_wait = self.committing = None
+        self.sent_under = []
+        if self.coordination is not None and self.coordination.proposal.epoch <= self.view.epoch \
+                and commit.coordinator != self.me:
+            self.coordination = None
+        if commit.coordinator == self.me or self.view.members == (self.me,):
+            return []
+        return [self._installed_reply(commit.coordinator, commit.view.epoch, commit.attempt)]
+
+    def _installed_reply(self, coordinator: int, epoch: int, attempt: int) -> CtlSend:
+        return CtlSend(coordinator, MsgType.INSTALLED, encode_control(Control(self.tag, epoch, attempt)))
+
+    # ------------------------------------------------------------------ coordinator
+
+    def on_flush(self, src: int, msg: Control, now: float) -> list[AgreementOut]:
+        coordination = self.coordination
+        if coordination is None or coordination.commit is not None or not msg.lists:
+            return []
+        p = coordination.proposal
+        if (msg.epoch, msg.attempt) != (p.epoch, p.attempt) or src not in p.members:
+            return []
+        coordination.replies[src] = (msg.a, msg.lists[0], msg.b)
+        if set(coordination.replies) >= set(p.members):
+            return self._commit(now)
+        return []
+
+    def _commit(self, now: float) -> list[AgreementOut]:
+        coordination = self.coordination
+        assert coordination is not None
+        p = coordination.proposal
+        cut: dict[int, int] = {}
+        rollback: dict[int, int] = {}
+        for member, (own, vector, bound) in coordination.replies.items():
+            for sender, high in vector:
+                cut[sender] = max(cut.get(sender, 0), high)
+            cut[member] = max(cut.get(member, 0), own)
+            if bound > own:
+                rollback[member] = bound
+        lists = (tuple((m, 0) for m in p.members), tuple(sorted(cut.items())), tuple(sorted(rollback.items())))
+        coordination.commit = encode_control(Control(self.tag, p.epoch, p.attempt, self.me, 0, lists))
+        coordination.installed = set()
+        coordination.deadline = now + self.view_timeout
+        coordination.repeat_at = now + self.view_timeout / 3
+        return [CtlSend(None, MsgType.COMMIT, coordination.commit)]
+
+    def on_installed(self, src: int, msg: Control) -> None:
+        coordination = self.coordination
+        if coordination is not None and coordination.commit is not None and msg.epoch == coordination.proposal.epoch:
+            coordination.installed.add(src)
+            if coordination.installed >= set(coordination.proposal.members) - {self.me}:
+                self.coordination = None
+
+    # ------------------------------------------------------------------ timers
+
+    def on_timeout(self, now: float) -> list[AgreementOut]:
+        out: list[AgreementOut] = []
+        coordination = self.coordination
+        if coordination is not None:
+            if coordination.commit is None and now >= coordination.deadline:
+                out += self._drop_silent(now)
+            elif coordination.commit is not None and now >= coordination.deadline:
+                self.coordination = None  # those who missed the commit will be found by the detector
+            elif now >= coordination.repeat_at:
+                coordination.repeat_at = now + self.view_timeout / 3
+                if coordination.commit is None:
+                    out += self._send_proposal(now)
+                else:
+                    out.append(CtlSend(None, MsgType.COMMIT, coordination.commit))
+        if self.commit_wait is not None and now >= self.commit_wait and self.committing is None:
+            out += self._take_over(now)
+        return out
+
+    def _drop_silent(self, now: float) -> list[AgreementOut]:
+        """Members that did not answer the flush are left out of the next attempt."""
+        coordination = self.coordination
+        assert coordination is not None
+        silent = set(coordination.proposal.members) - set(coordination.replies) - {self.me}
+        for member in silent:
+            if member in self.view:
+                self.failed.add(member)
+            self.joiners.pop(member, None)
+        members = tuple(m for m in coordination.proposal.members if m not in silent)
+        self.coordination = None
+        return self._propose(members, now)
+
+    def _take_over(self, now: float) -> list[AgreementOut]:
+        """No commit came: the coordinator may be gone. The lowest other
+        member of the proposal takes over."""
+        assert self.accepted is not None
+        self.commit_wait = now + 2 * self.view_timeout
+        if self.coordination is not None:
+            return []
+        others = [m for m in self.accepted.members if m != self.accepted.coordinator and m not in self.failed]
+        if self.accepted.coordinator in self.view:
+            self.failed.add(self.accepted.coordinator)
+        if others and min(others) == self.me:
+            members = tuple(m for m in self.accepted.members if m != self.accepted.coordinator)
+            return self._propose(members, now)
+        return []
+
+    def next_deadline(self) -> float | None:
+        deadlines = [d for d in (self.commit_wait if self.committing is None else None,) if d is not None]
+        if self.coordination is not None:
+            deadlines += [self.coordination.deadline, self.coordination.repeat_at]
+        return min(deadlines) if deadlines else None
+
+    def beacon(self, incarnation: int, order_code: int) -> CtlSend:
+        body = encode_control(Control(self.tag, self.view.epoch, 0, incarnation, order_code,
+                                      (tuple((m, 0) for m in self.view.members),)))
+        return CtlSend(None, MsgType.BEACON, body)

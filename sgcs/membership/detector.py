@@ -1,0 +1,301 @@
+"""Gossip failure detection with hypercube targets and three-stage confirmation.
+
+Theory of operation
+-------------------
+One detector runs per node and watches every member of every group the node
+is in (SGCS paper, section 4.1, after Van Renesse, Minsky and Hayden's gossip
+failure detector; the confirmation follows the ADS middleware paper's
+three-stage survival signal).
+
+* **Heartbeats (push).** Each member keeps a counter per watched member in
+  numpy arrays. Every round (``gossip_interval``) it raises its own counter and
+  sends the whole list to one target: the member at index
+  ``(self + 2**(r-1)) mod N`` of the sorted member list, r cycling through
+  1..ceil(log2 N). Lists merge by element-wise maximum, so a heartbeat crosses
+  one hypercube dimension per round and reaches everyone within ceil(log2 N)
+  rounds when nothing is lost. Counters travel modulo 2**16 and merge by
+  wrap-around difference. Any authenticated datagram from a member is direct
+  evidence that it lives, so an application multicast carries its sender's
+  heartbeat to every receiver: a round in which we multicast sends no
+  separate gossip.
+* **Suspicion.** A member whose counter has not risen, and from which nothing
+  arrived, for ``suspect_timeout = suspect_factor * ceil(log2 N) *
+  gossip_interval`` is suspected.
+* **Pull.** A suspect gets ``probe_count`` direct probes, ``probe_interval``
+  apart. Any answer, indeed any datagram from it, ends the suspicion. An ICMP
+  "port unreachable" reported by the driver answers the pull stage at once:
+  the host says nobody listens there.
+* **Ask.** Then ``ask_count`` of the suspect's hypercube neighbours (the
+  members it gossips to, which hear from it first) are asked how long ago they
+  heard from it. If any heard from it within the suspect timeout, it is
+  *busy*, not dead: its suspicion is dropped and its clock restarted. If none
+  did within ``ask_timeout``, all three stages agree and it is declared
+  failed. With no neighbour to ask (a group of two) the stage is skipped.
+
+Outputs are ``FdSend`` (a body for one member) and ``FdEvent`` (suspect,
+unsuspect, busy, failed); the node seals, addresses and routes them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..wire import MAX_HEARTBEAT_ENTRIES, Control, MsgType, encode_control, encode_heartbeat
+
+NEVER_MS = 2**62
+"""Age reported for a member never heard from."""
+
+
+@dataclass(frozen=True, slots=True)
+class FdParams:
+    gossip_interval: float = 0.1
+    suspect_factor: float = 1.5
+    probe_count: int = 3
+    probe_interval: float = 0.2
+    ask_count: int = 3
+    ask_timeout: float = 0.4
+
+
+@dataclass(frozen=True, slots=True)
+class FdSend:
+    dst: int
+    msg_type: MsgType
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FdEvent:
+    kind: str
+    """suspect, unsuspect, busy or failed."""
+    member: int
+
+
+FdOut = FdSend | FdEvent
+
+
+class _Confirmation:
+    """Pull and ask stages of one suspect."""
+
+    __slots__ = ("since", "stage", "probes", "due", "nonce")
+
+    def __init__(self, since: float, nonce: int) -> None:
+        self.since = since
+        self.stage = "pull"
+        self.probes = 0
+        self.due = since
+        self.nonce = nonce
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorStatistics:
+    rounds: int
+    heartbeats_sent: int
+    heartbeats_skipped: int
+    suspicions: int
+    refuted: int
+    busy: int
+    failures: int
+
+
+class FailureDetector:
+    """Per-node heartbeat table, suspicion and confirmation; a pure state machine."""
+
+    def __init__(self, me: int, params: FdParams, rng: random.Random, now: float) -> None:
+        self.me = me
+        self.params = params
+        self.rng = rng
+        self.ids = np.array([me], dtype=np.int64)
+        self.counters = np.zeros(1, dtype=np.int64)
+        self.heard_at = np.full(1, now)
+        self._index: dict[int, int] = {me: 0}
+        self.suspects: dict[int, _Confirmation] = {}
+        self.failed: set[int] = set()
+        self._round = 0
+        self._next_round = now + params.gossip_interval * rng.random()
+        self._last_multicast = -math.inf
+        self._counts = dict.fromkeys(("rounds", "sent", "skipped", "suspicions", "refuted", "busy", "failures"), 0)
+
+    # ------------------------------------------------------------------ membership
+
+    def set_members(self, members: set[int], now: float) -> None:
+        """Watch exactly ``members`` (and ourselves); newcomers start fresh."""
+        ids = np.array(sorted(members | {self.me}), dtype=np.int64)
+        counters = np.zeros(len(ids), dtype=np.int64)
+        heard_at = np.full(len(ids), now)
+        pos = np.searchsorted(self.ids, ids)
+        pos_clipped = np.minimum(pos, len(self.ids) - 1)
+        kept = self.ids[pos_clipped] == ids
+        counters[kept] = self.counters[pos_clipped[kept]]
+        heard_at[kept] = self.heard_at[pos_clipped[kept]]
+        self.ids, self.counters, self.heard_at = ids, counters, heard_at
+        self._index = {int(m): i for i, m in enumerate(ids.tolist())}
+        for member in [m for m in self.suspects if m not in self._index]:
+            del self.suspects[member]
+        self.failed &= set(self._index)
+
+    def suspect_timeout(self) -> float:
+        rounds = max(1, math.ceil(math.log2(max(2, len(self.ids)))))
+        return self.params.suspect_factor * rounds * self.params.gossip_interval
+
+    # ------------------------------------------------------------------ inputs
+
+    def heard(self, member: int, now: float) -> list[FdOut]:
+        """Direct evidence: an authenticated datagram from ``member``."""
+        i = self._index.get(member)
+        if i is None:
+            return []
+        self.heard_at[i] = now
+        if member in self.suspects:
+            del self.suspects[member]
+            self._counts["refuted"] += 1
+            return [FdEvent("unsuspect", member)]
+        return []
+
+    def note_multicast(self, now: float) -> None:
+        """We multicast: every receiver heard our heartbeat directly."""
+        self._last_multicast = now
+
+    def on_heartbeat(self, src: int, members: np.ndarray, counters: np.ndarray, now: float) -> list[FdOut]:
+        pos = np.searchsorted(self.ids, members)
+        pos = np.minimum(pos, len(self.ids) - 1)
+        known = (self.ids[pos] == members) & (members != self.me)
+        pos, incoming = pos[known], counters[known]
+        diff = (incoming - self.counters[pos]) & 0xFFFF
+        rose = (diff > 0) & (diff < 0x8000)
+        pos = pos[rose]
+        self.counters[pos] += diff[rose]
+        self.heard_at[pos] = now
+        out = self.heard(src, now)
+        for member in [m for m in self.suspects if self.heard_at[self._index[m]] > self.suspects[m].since]:
+            del self.suspects[member]
+            self._counts["refuted"] += 1
+            out.append(FdEvent("unsuspect", member))
+        return out
+
+    def on_probe(self, src: int, msg: Control) -> list[FdOut]:
+        return [FdSend(src, MsgType.PROBE_ACK, encode_control(Control(a=msg.a)))]
+
+    def on_ask(self, src: int, msg: Control, now: float) -> list[FdOut]:
+        i = self._index.get(msg.a)
+        age = NEVER_MS if i is None else int(max(0.0, now - self.heard_at[i]) * 1000)
+        return [FdSend(src, MsgType.ASK_REPLY, encode_control(Control(a=msg.a, b=age)))]
+
+    def on_ask_reply(self, msg: Control, now: float) -> list[FdOut]:
+        """A neighbour heard from the suspect within the suspect timeout: busy."""
+        confirmation = self.suspects.get(msg.a)
+        if confirmation is None or msg.b / 1000 >= self.suspect_timeout():
+            return []
+        del self.suspects[msg.a]
+        self.heard_at[self._index[msg.a]] = now
+        self._counts["busy"] += 1
+        return [FdEvent("busy", msg.a)]
+
+    def on_unreachable(self, member: int, now: float) -> list[FdOut]:
+        """The network says nobody listens at ``member``'s address: the pull
+        stage has its answer, go straight to the neighbours."""
+        if member == self.me or member not in self._index or member in self.failed:
+            return []
+        out: list[FdOut] = []
+        confirmation = self.suspects.get(member)
+        if confirmation is None:
+            confirmation = self._suspect(member, now, out)
+        if confirmation.stage == "pull":
+            out += self._ask(member, confirmation, now)
+        return out
+
+    def on_timeout(self, now: float) -> list[FdOut]:
+        out: list[FdOut] = []
+        if now >= self._next_round:
+            self._next_round = max(now, self._next_round + self.params.gossip_interval)
+            out += self._gossip_round(now)
+            self._find_suspects(now, out)
+        for member, confirmation in list(self.suspects.items()):
+            if confirmation.due <= now:
+                out += self._advance(member, confirmation, now)
+        return out
+
+    def next_deadline(self) -> float | None:
+        if len(self.ids) < 2:
+            return None
+        return min([self._next_round, *(c.due for c in self.suspects.values())])
+
+    # ------------------------------------------------------------------ rounds
+
+    def _gossip_round(self, now: float) -> list[FdOut]:
+        me = self._index[self.me]
+        self.counters[me] += 1
+        self.heard_at[me] = now
+        self._round += 1
+        self._counts["rounds"] += 1
+        n = len(self.ids)
+        if n < 2:
+            return []
+        if now - self._last_multicast < self.params.gossip_interval:
+            self._counts["skipped"] += 1
+            return []
+        dimensions = math.ceil(math.log2(n))
+        r = (self._round - 1) % dimensions + 1
+        target = int(self.ids[(me + (1 << (r - 1))) % n])
+        self._counts["sent"] += 1
+        return [FdSend(target, MsgType.HEARTBEAT, encode_heartbeat(self.ids[i:i + MAX_HEARTBEAT_ENTRIES],
+                                                                   self.counters[i:i + MAX_HEARTBEAT_ENTRIES]))
+                for i in range(0, n, MAX_HEARTBEAT_ENTRIES)]
+
+    def _find_suspects(self, now: float, out: list[FdOut]) -> None:
+        stale = np.flatnonzero(now - self.heard_at > self.suspect_timeout())
+        for i in stale.tolist():
+            member = int(self.ids[i])
+            if member != self.me and member not in self.suspects and member not in self.failed:
+                self._suspect(member, now, out)
+
+    def _suspect(self, member: int, now: float, out: list[FdOut]) -> _Confirmation:
+        confirmation = self.suspects[member] = _Confirmation(now, self.rng.getrandbits(62))
+        self._counts["suspicions"] += 1
+        out.append(FdEvent("suspect", member))
+        return confirmation
+
+    def _advance(self, member: int, confirmation: _Confirmation, now: float) -> list[FdOut]:
+        if confirmation.stage == "pull" and confirmation.probes < self.params.probe_count:
+            confirmation.probes += 1
+            confirmation.due = now + self.params.probe_interval
+            return [FdSend(member, MsgType.PROBE, encode_control(Control(a=confirmation.nonce)))]
+        if confirmation.stage == "pull":
+            return self._ask(member, confirmation, now)
+        return self._declare_failed(member)
+
+    def _ask(self, member: int, confirmation: _Confirmation, now: float) -> list[FdOut]:
+        neighbours = self._neighbours(member)
+        if not neighbours:
+            return self._declare_failed(member)
+        confirmation.stage = "ask"
+        confirmation.due = now + self.params.ask_timeout
+        body = encode_control(Control(a=member, b=confirmation.nonce))
+        return [FdSend(n, MsgType.ASK, body) for n in neighbours]
+
+    def _neighbours(self, member: int) -> list[int]:
+        """The members ``member`` gossips to first, which hear from it directly."""
+        n, i = len(self.ids), self._index[member]
+        found: list[int] = []
+        for k in range(max(1, math.ceil(math.log2(n)))):
+            candidate = int(self.ids[(i + (1 << k)) % n])
+            if candidate not in (self.me, member) and candidate not in self.failed and candidate not in found \
+                    and candidate not in self.suspects:
+                found.append(candidate)
+            if len(found) == self.params.ask_count:
+                break
+        return found
+
+    def _declare_failed(self, member: int) -> list[FdOut]:
+        del self.suspects[member]
+        self.failed.add(member)
+        self._counts["failures"] += 1
+        return [FdEvent("failed", member)]
+
+    def statistics(self) -> DetectorStatistics:
+        c = self._counts
+        return DetectorStatistics(c["rounds"], c["sent"], c["skipped"], c["suspicions"], c["refuted"], c["busy"],
+                                  c["failures"])
