@@ -26,6 +26,15 @@ overflows, and every datagram lost there costs a NACK and a retransmission.
 The kernel caps the request at ``net.core.rmem_max`` / ``wmem_max`` silently;
 JGroups asks for 20-25 MB for the same reason.
 
+On Linux the unicast socket also sets IP_RECVERR. Without it the kernel
+swallows the ICMP "port unreachable" that a datagram to a closed port earns,
+and that signal is the quickest evidence there is that a member crashed: its
+process is gone and its port closed. With it, each refusal is queued on the
+socket's error queue, which the driver reads (``read_refusals``) and hands to
+the node. It also makes the socket report ECONNREFUSED on the next send or
+receive, and the driver has to expect that (see the driver's docstring).
+Elsewhere the option is skipped, and crashes are found by timeouts alone.
+
 Sockets are created and bound with the blocking stdlib API, then handed to trio.
 Setup therefore has no await point, and the in-process port registry below
 (which turns a second node on the same port into a clear ``UsageError``) cannot
@@ -36,6 +45,8 @@ from __future__ import annotations
 
 import errno
 import socket
+import struct
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -49,6 +60,15 @@ WILDCARD = "0.0.0.0"
 SOCKET_BUFFER = 8 * 1024 * 1024
 """Bytes asked for SO_RCVBUF and SO_SNDBUF; the kernel grants at most its
 net.core.rmem_max / wmem_max."""
+
+IP_RECVERR: int | None = getattr(socket, "IP_RECVERR", 11 if sys.platform.startswith("linux") else None)
+"""The Linux option that queues ICMP errors on an unconnected UDP socket
+(Python's socket module does not export it)."""
+_EXTENDED_ERR = struct.Struct("=IBBBBII")
+"""``struct sock_extended_err``: ee_errno, ee_origin, ee_type, ee_code, ee_pad,
+ee_info, ee_data; the offender's sockaddr follows it."""
+ERROR_QUEUE_BATCH = 64
+"""Error reports read at most per ``read_refusals`` call."""
 
 # (host, port) of every unicast socket an sgcs node of this process holds. A
 # lock, because separate trio.run() calls in separate threads share it.
@@ -70,6 +90,8 @@ class NodeSockets:
     """The stdlib socket under ``unicast`` (non-blocking): the driver's fast
     path sends and drains with plain calls, and awaits trio only to wait."""
     raw_multicast: socket.socket | None = None
+    error_queue: bool = False
+    """IP_RECVERR is set on ``raw_unicast``: refusals can be read from its error queue."""
 
     @property
     def receivers(self) -> tuple[trio.socket.SocketType, ...]:
@@ -99,7 +121,10 @@ async def open_sockets(config: Config) -> NodeSockets:
         raise
     trio_multicast = None if multicast is None else trio.socket.from_stdlib_socket(multicast)
     fanout = tuple(peer for peer in fanout if peer != address)  # a shared peer list may name us
-    return NodeSockets(trio.socket.from_stdlib_socket(unicast), trio_multicast, address, fanout, unicast, multicast)
+    return NodeSockets(
+        trio.socket.from_stdlib_socket(unicast), trio_multicast, address, fanout, unicast, multicast,
+        error_queue=_enable_error_queue(unicast),
+    )
 
 
 def _open_unicast(config: Config) -> socket.socket:
@@ -130,6 +155,48 @@ def _enlarge_buffers(sock: socket.socket) -> None:
             sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
         except OSError:
             pass
+
+
+def _enable_error_queue(sock: socket.socket) -> bool:
+    """Ask for ICMP errors on ``sock``'s error queue (Linux); False where the
+    platform has no such option, which only costs the quick crash signal."""
+    if IP_RECVERR is None or not hasattr(socket, "MSG_ERRQUEUE"):
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+    except OSError:
+        return False
+    return True
+
+
+def read_refusals(sock: socket.socket) -> tuple[list[Endpoint], int]:
+    """Empty up to ERROR_QUEUE_BATCH reports from ``sock``'s error queue.
+
+    Returns the destinations of the datagrams refused with ICMP "port
+    unreachable" (ECONNREFUSED), in arrival order, and how many other reports
+    (host unreachable, message too big...) were read and set aside: they are
+    no evidence that a member's process is gone. Never raises: an empty queue,
+    or a read error, ends the batch."""
+    refused: list[Endpoint] = []
+    others = 0
+    for _ in range(ERROR_QUEUE_BATCH):
+        try:
+            # One byte of the refused datagram is enough: only the address matters.
+            _, ancillary, _, destination = sock.recvmsg(1, 256, socket.MSG_ERRQUEUE)
+        except OSError:  # BlockingIOError once empty
+            break
+        if _is_refusal(ancillary) and isinstance(destination, tuple):
+            refused.append((str(destination[0]), int(destination[1])))
+        else:
+            others += 1
+    return refused, others
+
+
+def _is_refusal(ancillary: list[tuple[int, int, bytes]]) -> bool:
+    for level, kind, data in ancillary:
+        if level == socket.IPPROTO_IP and kind == IP_RECVERR and len(data) >= _EXTENDED_ERR.size:
+            return _EXTENDED_ERR.unpack_from(data)[0] == errno.ECONNREFUSED
+    return False
 
 
 def _set_multicast_sender_options(sock: socket.socket, config: Config) -> None:

@@ -29,7 +29,9 @@ unicast socket (a multicast to the group address, or to every peer when
 multicast is off). A send error (EPERM from a firewall, ENETUNREACH...) is
 counted by errno name and never raised: UDP is unreliable anyway and the
 protocol above the wire repairs loss. ``Deliver`` and ``ViewInstalled`` go to
-the group's bounded memory channel (``Config.app_queue``).
+the group's bounded memory channel (``Config.app_queue``). Outputs the
+public API does not surface yet (trace events, suspicions, optimistic views)
+are skipped.
 
 Fast path: a route first tries to finish at once (a non-blocking ``sendto``
 on the stdlib socket, ``send_nowait`` into the channel) and only when that
@@ -48,6 +50,23 @@ application ``send`` waits too. Nothing is dropped silently here: events that
 cannot reach the application (its group is being left, or routing was
 cancelled at shutdown) are counted in ``DriverStatistics.events_discarded``.
 
+Refusals (ICMP "port unreachable", Linux): a datagram sent to a port nobody
+listens on any more earns an ICMP error, which the unicast socket queues on its
+error queue (IP_RECVERR, see ``sockets.py``). A member that crashed leaves its
+port closed, so this is the quickest crash signal there is. The error queue
+makes the socket readable-with-error: the unicast receive loop reads the
+reports (``sockets.read_refusals``) whenever it wakes with no datagram, or
+when ``recvfrom`` raises ECONNREFUSED, and hands the refused destinations to
+``node.handle_unreachable``, whose actions are routed like any other. The
+reports are counted in ``DriverStatistics.unreachable``; a node without that
+method simply ignores them. The option has a cost that the send routes
+absorb: while a refusal is pending the kernel fails the next ``sendto``
+(with ECONNREFUSED, whatever its destination) without sending it, so a send
+refused that way is retried (``SEND_REFUSED_RETRIES``), not counted as lost.
+A send waiting for room reads the error queue itself, since an unread report
+keeps the socket signalled and would otherwise turn that wait into a spin;
+what it reads waits in the driver for the receive loop's next turn.
+
 Shutdown: leaving a group drains its channel (the application has stopped
 reading, and a router may be waiting for room), then calls ``node.leave`` and
 sends the LEAVE datagram under a shielded, bounded scope, so even a cancelled
@@ -58,10 +77,14 @@ nursery and closes the sockets: no task and no socket outlives the block.
 
 from __future__ import annotations
 
+import enum
 import errno
+import inspect
 import math
 import random
 import socket
+import time
+import typing
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -75,7 +98,7 @@ from ..actions import Action, Deliver, GroupError, Multicast, Send, TraceEvent, 
 from ..config import Config, Order
 from ..errors import UsageError, WouldBlock
 from ..node import Node
-from .sockets import Endpoint, NodeSockets, open_sockets
+from .sockets import Endpoint, NodeSockets, open_sockets, read_refusals
 
 AppEvent = Union[Deliver, ViewInstalled, GroupError]
 """What a group's channel carries; ``sgcs.api`` turns them into public events."""
@@ -90,6 +113,13 @@ RECEIVE_ERROR_PAUSE = 0.01
 """Seconds to pause after a receive error, so a persistent one cannot spin the CPU."""
 LEAVE_GRACE = 2.0
 """Seconds a group exit may wait for the node lock before leaving without it."""
+SEND_REFUSED_RETRIES = 3
+"""Times a send failed with ECONNREFUSED (an earlier datagram's refusal, not
+this one's) is tried again before it is counted as a send error."""
+MAX_PENDING_REFUSALS = 1_024
+"""Refused destinations the driver holds for the node; past the cap further
+ones are counted (``unreachable``) but not handed over: a burst names the same
+few dead members again and again."""
 
 _entropy = random.SystemRandom()
 
@@ -105,6 +135,8 @@ class DriverStatistics:
     events_discarded: int = 0
     """Deliveries and view changes that found no reader: their group was being
     left, or routing was cancelled at shutdown."""
+    unreachable: int = 0
+    """ICMP "port unreachable" reports for datagrams this node sent (Linux)."""
 
 
 @dataclass(slots=True)
@@ -134,6 +166,9 @@ class TrioDriver:
         self._send_errors: Counter[str] = Counter()
         self._receive_errors = 0
         self._discarded = 0
+        self._unreachable = 0
+        self._refused: list[Endpoint] = []
+        """Refused destinations read from the error queue, not yet given to the node."""
 
     @property
     def config(self) -> Config:
@@ -153,6 +188,7 @@ class TrioDriver:
             send_error_reasons=dict(self._send_errors),
             receive_errors=self._receive_errors,
             events_discarded=self._discarded,
+            unreachable=self._unreachable,
         )
 
     # ------------------------------------------------------------------ node calls
@@ -288,25 +324,45 @@ class TrioDriver:
 
     async def _receive_loop(self, sock: socket.socket) -> None:
         """``sock`` is non-blocking: drain what it holds, wait only when empty."""
+        error_queue = self.sockets.error_queue and sock is self.sockets.raw_unicast
         while True:
-            batch: list[tuple[Any, bytes]] = []
-            failed = False
-            try:
-                while len(batch) < RECEIVE_BATCH:
-                    data, src = sock.recvfrom(RECEIVE_SIZE)
-                    batch.append((src, data))
-            except BlockingIOError:
-                pass
-            except OSError:
-                # e.g. ECONNRESET for an earlier send on some platforms; not fatal.
-                self._receive_errors += 1
-                failed = True
+            batch, outcome = _read_batch(sock)
             if batch:
                 await self._call(partial(self._handle_datagrams, batch))
-            if failed:
+            if outcome is _Outcome.REFUSED and not error_queue:
+                outcome = _Outcome.FAILED  # e.g. ECONNRESET on some platforms: count it, pause
+            if error_queue:
+                if outcome is _Outcome.REFUSED or not batch:
+                    # Woken with no datagram: most likely an error report (EPOLLERR),
+                    # which must be read or the socket stays signalled.
+                    self._collect_refusals()
+                if self._refused:
+                    await self._call(self._handle_refusals)
+            if outcome is _Outcome.FAILED:
+                self._receive_errors += 1
                 await trio.sleep(RECEIVE_ERROR_PAUSE)
-            elif len(batch) < RECEIVE_BATCH:
+            elif outcome is _Outcome.EMPTY:
                 await trio.lowlevel.wait_readable(sock)
+            # FULL or REFUSED: more may be waiting, read again at once.
+
+    def _collect_refusals(self) -> None:
+        """Read the unicast socket's error queue into ``_refused``; no node call,
+        so a task that must not call the node (a waiting send) may do it too."""
+        refused, others = read_refusals(self.sockets.raw_unicast)
+        self._unreachable += len(refused)
+        self._receive_errors += others  # ICMP reports that say nothing about a member's process
+        room = MAX_PENDING_REFUSALS - len(self._refused)
+        self._refused += refused[:room]
+
+    def _handle_refusals(self, now: float) -> list[Action]:
+        refused, self._refused = self._refused, []
+        handle_unreachable = getattr(self.node, "handle_unreachable", None)
+        if handle_unreachable is None:  # a node from before failure detection
+            return []
+        actions: list[Action] = []
+        for address in dict.fromkeys(refused):  # a burst to one dead member is one signal
+            actions += handle_unreachable(address, now)
+        return actions
 
     def _handle_datagrams(self, batch: list[tuple[Any, bytes]], now: float) -> list[Action]:
         actions: list[Action] = []
@@ -383,15 +439,47 @@ class TrioDriver:
             self.sockets.raw_unicast.sendto(data, destination)
         except BlockingIOError:
             return self._sendto_waiting(data, destination)  # the socket buffer is full
+        except ConnectionRefusedError:
+            return self._sendto_again(data, destination)
         except OSError as exc:
             self._count_send_error(exc)
         return None
 
+    def _sendto_again(self, data: bytes, destination: Any) -> Awaitable[None] | None:
+        """The kernel reported an earlier datagram's refusal on this send, and
+        did not send it (see "Refusals" in the module docstring): try again."""
+        for _ in range(SEND_REFUSED_RETRIES):
+            try:
+                self.sockets.raw_unicast.sendto(data, destination)
+            except BlockingIOError:
+                return self._sendto_waiting(data, destination)
+            except ConnectionRefusedError:
+                continue
+            except OSError as exc:
+                self._count_send_error(exc)
+            return None
+        self._count_send_error(ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
+        return None
+
     async def _sendto_waiting(self, data: bytes, destination: Any) -> None:
-        try:
-            await self.sockets.unicast.sendto(data, destination)
-        except OSError as exc:
-            self._count_send_error(exc)
+        raw = self.sockets.raw_unicast
+        refusals = 0
+        while True:
+            try:
+                raw.sendto(data, destination)
+                return
+            except BlockingIOError:
+                if self.sockets.error_queue:
+                    self._collect_refusals()  # an unread report would end every wait at once
+                await trio.lowlevel.wait_writable(raw)
+            except ConnectionRefusedError as exc:
+                refusals += 1
+                if refusals > SEND_REFUSED_RETRIES:
+                    self._count_send_error(exc)
+                    return
+            except OSError as exc:
+                self._count_send_error(exc)
+                return
 
     def _count_send_error(self, exc: OSError) -> None:
         self._send_errors[errno.errorcode.get(exc.errno or 0, type(exc).__name__)] += 1
@@ -415,8 +503,9 @@ class TrioDriver:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._discarded += 1
 
-    def _ignore(self, action: TraceEvent) -> None:
-        """Trace events are not recorded by the driver yet."""
+    def _ignore(self, action: Action) -> None:
+        """Not for the driver: trace events (not recorded yet), and node outputs
+        the public API has no event for yet."""
 
 
 _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
@@ -427,6 +516,36 @@ _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
     GroupError: TrioDriver._to_app,
     TraceEvent: TrioDriver._ignore,
 }
+for _kind in typing.get_args(Action):
+    # Node outputs the public API does not surface yet (suspicions, optimistic
+    # views...): skipped here, so a node that grows a new output never breaks
+    # a running driver with a KeyError in its receive or timer loop.
+    _ROUTES.setdefault(_kind, TrioDriver._ignore)
+
+
+class _Outcome(enum.Enum):
+    """How a ``_read_batch`` ended."""
+
+    FULL = enum.auto()  # RECEIVE_BATCH datagrams read; the socket may hold more
+    EMPTY = enum.auto()  # the socket is empty
+    REFUSED = enum.auto()  # ECONNREFUSED: a refusal report is pending on the error queue
+    FAILED = enum.auto()  # another receive error
+
+
+def _read_batch(sock: socket.socket) -> tuple[list[tuple[Any, bytes]], _Outcome]:
+    """Up to RECEIVE_BATCH datagrams that ``sock`` holds, without waiting."""
+    batch: list[tuple[Any, bytes]] = []
+    try:
+        while len(batch) < RECEIVE_BATCH:
+            data, src = sock.recvfrom(RECEIVE_SIZE)
+            batch.append((src, data))
+    except BlockingIOError:
+        return batch, _Outcome.EMPTY
+    except ConnectionRefusedError:
+        return batch, _Outcome.REFUSED
+    except OSError:
+        return batch, _Outcome.FAILED
+    return batch, _Outcome.FULL
 
 
 def _drain(receive: trio.MemoryReceiveChannel[AppEvent]) -> int:
@@ -440,6 +559,20 @@ def _drain(receive: trio.MemoryReceiveChannel[AppEvent]) -> int:
         drained += 1
 
 
+def _incarnation() -> dict[str, int]:
+    """The ``incarnation`` keyword for ``Node``, if it takes one.
+
+    A process restarted with the same node id must present a new incarnation,
+    so that the others tell it from its former self (its sequence numbers
+    start over at ``incarnation << 32``). Tenths of a second since the epoch
+    differ between two starts unless they fall in the same tenth. They wrap
+    every 6.8 years: only a restart that straddles the wrap gets a smaller
+    incarnation than its former self."""
+    if "incarnation" not in inspect.signature(Node).parameters:
+        return {}
+    return {"incarnation": int(time.time() * 10) % 2**31}
+
+
 @asynccontextmanager
 async def open_driver(config: Config) -> AsyncIterator[TrioDriver]:
     """Open a node's sockets and run its driver for the duration of the block.
@@ -449,7 +582,7 @@ async def open_driver(config: Config) -> AsyncIterator[TrioDriver]:
     node_id = config.node_id if config.node_id is not None else _entropy.randrange(2**63)
     # The protocol draws from its own seeded Random (sans-I/O rule); only the
     # seed comes from the OS, so real runs differ from one another.
-    node = Node(node_id, config, random.Random(_entropy.getrandbits(64)))
+    node = Node(node_id, config, random.Random(_entropy.getrandbits(64)), **_incarnation())
     sockets = await open_sockets(config)
     body_error: BaseException | None = None
     try:
