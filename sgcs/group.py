@@ -84,11 +84,14 @@ class GroupStack:
         """Messages the ordering layer let go, for the node to deliver."""
         self.happenings: list[tuple[str, object]] = []
         """View events in the order the node must report them: ("deliver",
-        Message), ("optimistic", View), ("view", (old, new)), ("rollback", Message)."""
+        (Message, view id)), ("optimistic", View), ("view", (old, new, leavers)),
+        ("rollback", Message)."""
         self.limits: dict[int, int] | None = None
         """During a view change: the highest record per sender deliverable in the old view."""
         self.held: list[Message] = []
         self.committing: Commit | None = None
+        self.void: dict[int, int] = {}
+        """Per sender, the last rolled-back record of the last view change."""
         self.discarded = 0
         self.own_last = 0
         self._request_at: float | None = None
@@ -139,6 +142,7 @@ class GroupStack:
                     frames += self.on_control(output.msg_type, self.me, decode_control_untrusted(output.body), now)
             elif isinstance(output, Freeze):
                 self.limits = output.limits
+                self.stream.stability_cap = dict(output.limits)
                 self.happenings.append(("optimistic", output.optimistic))
             elif isinstance(output, Commit):
                 frames += self._begin_commit(output, now)
@@ -176,8 +180,9 @@ class GroupStack:
         for sender in old:
             self.stream.expect(sender, commit.cut.get(sender, 0), now)
         self.limits = {s: commit.cut.get(s, 0) for s in old}
+        self.stream.stability_cap = dict(self.limits)
         held, self.held = self.held, []
-        self._release(self._pass_gate(held))
+        self._release(self._order(self._pass_gate(held)))
         return self.progress(now)
 
     def progress(self, now: float) -> list:
@@ -196,6 +201,7 @@ class GroupStack:
         self._drain_old_view()
         new = commit.view.members
         newcomers = tuple(m for m in new if m not in old)
+        self.stream.stability_cap = None
         self.stream.set_members(new, starts={m: commit.cut.get(m, 0) for m in newcomers})
         self.stream.raise_floors(commit.cut, newcomers)
         for member in old.members:
@@ -206,13 +212,14 @@ class GroupStack:
         self.ordering = self._new_ordering({m: commit.cut.get(m, 0) for m in new})
         self.happenings.append(("view", (old, commit.view, leavers)))
         self.limits, self.committing = None, None
+        self.void = {s: bound for s, bound in commit.rollback.items() if s in new}
         held, self.held = self.held, []
         for message in held:
             if message.sender not in new or (message.sender == self.me and new == (self.me,) and len(old.members) > 1):
                 if message.sender == self.me:
                     self.happenings.append(("rollback", message))
                 continue
-            if message.first <= commit.rollback.get(message.sender, 0):
+            if message.seq <= commit.rollback.get(message.sender, 0):
                 self.happenings.append(("rollback", message))
                 continue
             self._release(self._order([message]))
@@ -221,11 +228,12 @@ class GroupStack:
     def _drain_old_view(self) -> None:
         """Deliver everything up to the cut in the old view; ordered groups
         stop waiting for promises (every member holds the same cut)."""
-        self.happenings += [("deliver", m) for m in self.released]
+        view_id = self.view.view_id
+        self.happenings += [("deliver", (m, view_id)) for m in self.released]
         self.released = []
         if self.ordering is not None:
             delivered, discarded = self.ordering.drain()
-            self.happenings += [("deliver", _message(m)) for m in delivered]
+            self.happenings += [("deliver", (_message(m), view_id)) for m in delivered]
             self.discarded += len(discarded)
 
     def member_failed(self, member: int, now: float) -> list:
@@ -271,6 +279,8 @@ class GroupStack:
     def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
         """Messages from the transport, in FIFO order per sender; returns those
         that may be delivered now, in delivery order."""
+        if self.void:
+            messages = self._drop_void(messages)
         if self.limits is not None:
             messages = self._pass_gate(messages)
         if self.ordering is None:
@@ -280,6 +290,17 @@ class GroupStack:
             self._watch_blocker(now)
         released, self.released = self.released, []
         return released
+
+    def _drop_void(self, messages: list[Message]) -> list[Message]:
+        """Rolled-back messages that reach us only after the install (we joined
+        in that view and fetch the sender's stream from the cut)."""
+        kept = []
+        for message in messages:
+            if message.seq <= self.void.get(message.sender, 0):
+                self.happenings.append(("rollback", message))
+            else:
+                kept.append(message)
+        return kept
 
     def _pass_gate(self, messages: list[Message]) -> list[Message]:
         """During a view change only messages within the snapshot (later: the

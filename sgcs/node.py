@@ -532,7 +532,8 @@ class Node:
         installed = False
         for kind, value in happenings:
             if kind == "deliver":
-                self._deliver(out, state, value, None)  # type: ignore[arg-type]
+                message, view_id = value  # type: ignore[misc]
+                self._deliver(out, state, message, None, view_id)
             elif kind == "optimistic":
                 view = value
                 out.append(OptimisticView(state.name, view.view_id, view.members))  # type: ignore[attr-defined]
@@ -561,9 +562,10 @@ class Node:
         out.append(ViewInstalled(state.name, new.view_id, new.members, joined, left, failed))
         self._trace(out, "view", group=state.name, view_id=new.view_id, members=new.members, optimistic=False)
 
-    def _deliver(self, out: list[Action], state: GroupStack, message: Message, dest: int | None) -> None:
+    def _deliver(self, out: list[Action], state: GroupStack, message: Message, dest: int | None,
+                 view_id: str | None = None) -> None:
         self._counts["delivered"] += 1
-        view_id = state.view.view_id
+        view_id = view_id or state.view.view_id
         out.append(Deliver(state.name, message.sender, message.seq, message.payload, view_id, dest))
         if self.trace:
             self._trace(out, "deliver", group=state.name, sender=message.sender, seq=message.seq,

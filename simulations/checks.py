@@ -91,7 +91,8 @@ def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
     import pandas as pd
 
     end = events["t"].max()
-    sends = events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)]
+    sends = _without_rolled_back(events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)],
+                                 events)
     views = events[events["kind"] == "view"].drop_duplicates("view_id")[["view_id", "members"]]
     expected = sends[["t", "group", "sender", "seq", "view_id"]].merge(views, on="view_id")
     expected = expected.explode("members").rename(columns={"members": "node"})
@@ -129,7 +130,8 @@ def reach(events: Any, grace: float = 2.0) -> Any:
     """Per multicast: the fraction of the members of its send view that delivered it
     (the reliability distribution; plain gossip is bimodal: all or almost none)."""
     end = events["t"].max()
-    sends = events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)]
+    sends = _without_rolled_back(events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)],
+                                 events)
     views = events[events["kind"] == "view"].drop_duplicates("view_id")[["view_id", "members"]]
     sizes = views.assign(size=views["members"].map(len))[["view_id", "size"]]
     got = deliveries(events).groupby(["group", "sender", "seq"]).size().rename("delivered").reset_index()
@@ -160,7 +162,7 @@ def causal_violations(events: Any) -> int:
     delivery per stream at send time, which FIFO makes sufficient)."""
     import numpy as np
 
-    rows = events[events["kind"].isin(["send", "deliver"]) & events["dest"].isna()]
+    rows = _without_rolled_back(events[events["kind"].isin(["send", "deliver"]) & events["dest"].isna()], events)
     violations = 0
     for _, group_rows in rows.groupby("group", sort=False):
         senders = sorted(set(group_rows["sender"].dropna().astype("int64")))
@@ -182,6 +184,17 @@ def causal_violations(events: Any) -> int:
                 violations += 1
             vector[column[int(sender)]] = seq
     return violations
+
+
+def _without_rolled_back(rows: Any, events: Any) -> Any:
+    """Rolled-back messages void: nobody delivers them, and what their sender
+    sent next does not depend on them (invariant 7)."""
+    rolled = events.loc[events["kind"] == "rollback", ["group", "sender", "seq"]].drop_duplicates()
+    if rolled.empty:
+        return rows
+    keys = rows[["group", "sender", "seq"]].merge(rolled.assign(_rolled=True), on=["group", "sender", "seq"],
+                                                  how="left")["_rolled"].fillna(False).to_numpy(dtype=bool)
+    return rows[~keys]
 
 
 _INCARNATION = ["node", "incarnation", "group"]

@@ -80,10 +80,12 @@ FdOut = FdSend | FdEvent
 class _Confirmation:
     """Pull and ask stages of one suspect."""
 
-    __slots__ = ("since", "stage", "probes", "due", "nonce")
+    __slots__ = ("since", "stage", "probes", "due", "nonce", "refused")
 
     def __init__(self, since: float, nonce: int) -> None:
         self.since = since
+        self.refused = False
+        """The network refused a datagram to it: only evidence newer than that counts."""
         self.stage = "pull"
         self.probes = 0
         self.due = since
@@ -111,6 +113,9 @@ class FailureDetector:
         self.ids = np.array([me], dtype=np.int64)
         self.counters = np.zeros(1, dtype=np.int64)
         self.heard_at = np.full(1, now)
+        self.grace_from = np.full(1, now)
+        """When each member's suspicion clock last restarted: genuine evidence,
+        or a busy verdict (which must not count as evidence to others)."""
         self._index: dict[int, int] = {me: 0}
         self.suspects: dict[int, _Confirmation] = {}
         self.failed: set[int] = set()
@@ -126,12 +131,14 @@ class FailureDetector:
         ids = np.array(sorted(members | {self.me}), dtype=np.int64)
         counters = np.zeros(len(ids), dtype=np.int64)
         heard_at = np.full(len(ids), now)
+        grace_from = np.full(len(ids), now)
         pos = np.searchsorted(self.ids, ids)
         pos_clipped = np.minimum(pos, len(self.ids) - 1)
         kept = self.ids[pos_clipped] == ids
         counters[kept] = self.counters[pos_clipped[kept]]
         heard_at[kept] = self.heard_at[pos_clipped[kept]]
-        self.ids, self.counters, self.heard_at = ids, counters, heard_at
+        grace_from[kept] = self.grace_from[pos_clipped[kept]]
+        self.ids, self.counters, self.heard_at, self.grace_from = ids, counters, heard_at, grace_from
         self._index = {int(m): i for i, m in enumerate(ids.tolist())}
         for member in [m for m in self.suspects if m not in self._index]:
             del self.suspects[member]
@@ -187,10 +194,12 @@ class FailureDetector:
     def on_ask_reply(self, msg: Control, now: float) -> list[FdOut]:
         """A neighbour heard from the suspect within the suspect timeout: busy."""
         confirmation = self.suspects.get(msg.a)
-        if confirmation is None or msg.b / 1000 >= self.suspect_timeout():
+        window = now - confirmation.since if confirmation is not None and confirmation.refused else \
+            self.suspect_timeout()
+        if confirmation is None or msg.b / 1000 >= window:
             return []
         del self.suspects[msg.a]
-        self.heard_at[self._index[msg.a]] = now
+        self.grace_from[self._index[msg.a]] = now
         self._counts["busy"] += 1
         return [FdEvent("busy", msg.a)]
 
@@ -204,6 +213,7 @@ class FailureDetector:
         if confirmation is None:
             confirmation = self._suspect(member, now, out)
         if confirmation.stage == "pull":
+            confirmation.since, confirmation.refused = now, True
             out += self._ask(member, confirmation, now)
         return out
 
@@ -246,7 +256,7 @@ class FailureDetector:
                 for i in range(0, n, MAX_HEARTBEAT_ENTRIES)]
 
     def _find_suspects(self, now: float, out: list[FdOut]) -> None:
-        stale = np.flatnonzero(now - self.heard_at > self.suspect_timeout())
+        stale = np.flatnonzero(now - np.maximum(self.heard_at, self.grace_from) > self.suspect_timeout())
         for i in stale.tolist():
             member = int(self.ids[i])
             if member != self.me and member not in self.suspects and member not in self.failed:

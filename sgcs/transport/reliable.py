@@ -172,6 +172,9 @@ class ReliableStream:
         self.members: tuple[int, ...] = ()
         self._index: dict[int, int] = {}
         self._acked = np.zeros((0, 0), dtype=np.int64)
+        self.stability_cap: dict[int, int] | None = None
+        """During a view change: nothing past the snapshot (then the cut) becomes
+        stable, since members new to the next view start there and may need it."""
         self.set_members(members)
 
     # ------------------------------------------------------------------ view
@@ -476,6 +479,8 @@ class ReliableStream:
             if sender in self._index:
                 j = self._index[sender]
                 high = min(high, self._contig_of(sender))
+                if self.stability_cap is not None:
+                    high = min(high, self.stability_cap.get(sender, 0))
                 np.maximum(self._acked[:, j], high, out=self._acked[:, j])
                 self._gc_due = True
 
@@ -552,8 +557,11 @@ class ReliableStream:
             return
         self._gc_due = False
         floors = self._acked.min(axis=0)
+        cap = self.stability_cap
         for sender, stored in self._store.items():
             stable = int(floors[self._index[sender]])
+            if cap is not None:
+                stable = min(stable, cap.get(sender, 0))
             previous = self._stable.get(sender, 0)
             if stable > previous:
                 span = range(previous + 1, stable + 1) if stable - previous <= len(stored) else sorted(stored)
