@@ -90,8 +90,13 @@ class GroupStack:
         """During a view change: the highest record per sender deliverable in the old view."""
         self.held: list[Message] = []
         self.committing: Commit | None = None
-        self.void: dict[int, int] = {}
-        """Per sender, the last rolled-back record of the last view change."""
+        self.held_senders: set[int] = set()
+        """Senders with a held message: their later ones wait behind it (FIFO)."""
+        self.first_optimistic: dict[int, int] = {}
+        """Per sender, its first optimistic message we hold: the end of what
+        we may report as deliverable in the old view."""
+        self.void: dict[int, tuple[int, int]] = {}
+        """Per sender, the range (low, high] of its records rolled back by the last view change."""
         self.discarded = 0
         self.own_last = 0
         self._request_at: float | None = None
@@ -127,7 +132,11 @@ class GroupStack:
 
     def snapshot(self) -> tuple[int, dict[int, int]]:
         """Our last own record and how far we hold each member's stream."""
-        return self.stream.contig_of(self.me), dict(self.stream.received_vector())
+        vector = dict(self.stream.received_vector())
+        for sender, first in self.first_optimistic.items():
+            if sender in vector:
+                vector[sender] = min(vector[sender], first - 1)
+        return self.stream.contig_of(self.me), vector
 
     def on_agreement(self, outputs: list[AgreementOut], now: float) -> list:
         """Apply what the view agreement decided; returns control frames to send.
@@ -182,6 +191,7 @@ class GroupStack:
         self.limits = {s: commit.cut.get(s, 0) for s in old}
         self.stream.stability_cap = dict(self.limits)
         held, self.held = self.held, []
+        self.held_senders = set()
         self._release(self._order(self._pass_gate(held)))
         return self.progress(now)
 
@@ -212,18 +222,26 @@ class GroupStack:
         self.ordering = self._new_ordering({m: commit.cut.get(m, 0) for m in new})
         self.happenings.append(("view", (old, commit.view, leavers)))
         self.limits, self.committing = None, None
-        self.void = {s: bound for s, bound in commit.rollback.items() if s in new}
+        self.void = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.rollback.items() if s in new}
         held, self.held = self.held, []
+        self.held_senders, self.first_optimistic = set(), {}
+        left_out = new == (self.me,) and len(old.members) > 1
+        kept: list[Message] = []
         for message in held:
-            if message.sender not in new or (message.sender == self.me and new == (self.me,) and len(old.members) > 1):
+            if message.sender not in new or left_out:
                 if message.sender == self.me:
-                    self.happenings.append(("rollback", message))
+                    self.happenings.append(("rollback", message))  # sent under a view we are not in
                 continue
-            if message.seq <= commit.rollback.get(message.sender, 0):
+            if self._rolled_back(message):
                 self.happenings.append(("rollback", message))
                 continue
-            self._release(self._order([message]))
+            kept.append(message)
+        self._release(self._order(self._pass_gate(kept)))  # a later change's messages stay held
         return self.on_agreement(frames, now)
+
+    def _rolled_back(self, message: Message) -> bool:
+        low, high = self.void.get(message.sender, (0, 0))
+        return low < message.seq <= high
 
     def _drain_old_view(self) -> None:
         """Deliver everything up to the cut in the old view; ordered groups
@@ -274,14 +292,16 @@ class GroupStack:
         records = outputs[0].records if outputs and isinstance(outputs[0], OutRecords) else ()
         self.own_last = records[-1].seq if records else seq
         acks = records[0].acks if records else ()
-        return self.accept([Message(self.me, seq, acks, payload, self.own_last)])
+        proposal = self.agreement.optimistic_view() if self.limits is not None else None
+        tag = proposal.epoch % 64 if proposal is not None else 0
+        return self.accept([Message(self.me, seq, acks, payload, self.own_last, proposal is not None, tag)])
 
     def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
         """Messages from the transport, in FIFO order per sender; returns those
         that may be delivered now, in delivery order."""
         if self.void:
             messages = self._drop_void(messages)
-        if self.limits is not None:
+        if self.limits is not None or self.held_senders or any(m.optimistic for m in messages):
             messages = self._pass_gate(messages)
         if self.ordering is None:
             return messages
@@ -296,7 +316,7 @@ class GroupStack:
         in that view and fetch the sender's stream from the cut)."""
         kept = []
         for message in messages:
-            if message.seq <= self.void.get(message.sender, 0):
+            if self._rolled_back(message):
                 self.happenings.append(("rollback", message))
             else:
                 kept.append(message)
@@ -307,14 +327,23 @@ class GroupStack:
         cut) belong to the old view; the rest wait for the new one. FIFO per
         sender keeps a sender's later messages behind its first held one."""
         limits = self.limits
-        assert limits is not None
         passed: list[Message] = []
         for message in messages:
-            if (message.last or message.seq) <= limits.get(message.sender, 0):
+            sender = message.sender
+            pending = self._pending_optimistic(message)
+            if pending:
+                self.first_optimistic.setdefault(sender, message.seq)
+            if not pending and sender not in self.held_senders and (
+                    limits is None or (message.last or message.seq) <= limits.get(sender, 0)):
                 passed.append(message)
             else:
                 self.held.append(message)
+                self.held_senders.add(sender)
         return passed
+
+    def _pending_optimistic(self, message: Message) -> bool:
+        """Sent under the optimistic view of a change not yet installed here."""
+        return message.optimistic and message.epoch_tag != self.view.epoch % 64
 
     def _order(self, messages: list[Message]) -> list[Message]:
         if self.ordering is None:

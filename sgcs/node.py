@@ -208,7 +208,8 @@ class Node:
         self._check_payload(payload)
         if state.ready_at(now) is None:
             raise WouldBlock(f"group {group!r}: {state.stream.window()} messages await stability (window_max)")
-        seq, outputs = state.stream.send(bytes(payload), now)
+        proposal = state.agreement.optimistic_view() if state.limits is not None else None
+        seq, outputs = state.stream.send(bytes(payload), now, None if proposal is None else proposal.epoch)
         state.last_send = now
         out: list[Action] = []
         self._counts["sent"] += 1

@@ -273,7 +273,7 @@ def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
         pos += record_size
         if pos + ack_len + length > size:
             raise DecodeError("length", "record longer than the datagram")
-        if sender >= 2**63 or flags > 1:
+        if sender >= 2**63:
             raise DecodeError("body", "record fields")
         if ack_len == 1 and body[pos] == 0:
             acks: tuple[tuple[int, int], ...] = ()  # no ACKs: the common case, without a call

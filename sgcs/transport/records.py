@@ -18,6 +18,12 @@ Range = tuple[int, int]
 """Inclusive range of sequence numbers."""
 
 MORE_FRAGMENTS = 1
+OPTIMISTIC = 2
+"""Record flag: sent during a view change, under an optimistic view; no member
+delivers it before that change is installed. Bits 2 to 7 then hold the
+proposed epoch modulo 64, which tells a receiver whether the change it belongs
+to is already installed there."""
+EPOCH_SHIFT = 2
 """Record flag: the next record of this sender continues the same message."""
 
 
@@ -43,6 +49,9 @@ class Message:
     acks: tuple[Ack, ...]
     payload: bytes
     last: int = 0
+    optimistic: bool = False
+    epoch_tag: int = 0
+    """For an optimistic message: the epoch of its optimistic view, modulo 64."""
     """Sequence number of its last record; 0 when it is ``seq`` (one record)."""
 
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .records import MORE_FRAGMENTS, Ack, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Range, Record
+from .records import EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Range, Record
 
 
 MISSING_SCAN = 65_536
@@ -247,7 +247,7 @@ class ReliableStream:
             return None
         return self.params.send_delay_min + self.params.send_delay_scale * w / (cap - w)
 
-    def send(self, payload: bytes, now: float) -> tuple[int, list[Out]]:
+    def send(self, payload: bytes, now: float, optimistic_epoch: int | None = None) -> tuple[int, list[Out]]:
         """Number, buffer and multicast one message; returns its id and outputs."""
         size = self.params.fragment_size
         pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
@@ -259,6 +259,8 @@ class ReliableStream:
                 if self._ack_due.get(sender, high + 1) <= high:
                     del self._ack_due[sender]
             flags = MORE_FRAGMENTS if i < len(pieces) - 1 else 0
+            if optimistic_epoch is not None:
+                flags |= OPTIMISTIC | (optimistic_epoch % 64) << EPOCH_SHIFT
             records.append(Record(self.me, self._next_seq, acks, flags, bytes(piece)))
             self._next_seq += 1
         for record in records:
@@ -605,7 +607,8 @@ class ReliableStream:
 
 def _reassemble(fragments: list[Record]) -> Message:
     first = fragments[0]
+    optimistic, tag = bool(first.flags & OPTIMISTIC), first.flags >> EPOCH_SHIFT
     if len(fragments) == 1:
-        return Message(first.sender, first.seq, first.acks, first.payload)
+        return Message(first.sender, first.seq, first.acks, first.payload, 0, optimistic, tag)
     payload = b"".join(r.payload for r in fragments)
-    return Message(first.sender, first.seq, first.acks, payload, fragments[-1].seq)
+    return Message(first.sender, first.seq, first.acks, payload, fragments[-1].seq, optimistic, tag)
