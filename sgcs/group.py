@@ -219,7 +219,8 @@ class GroupStack:
                 self.unicast.forget(member)
         leavers = frozenset(self.agreement.leaving)
         frames = self.agreement.installed(commit)
-        self.ordering = self._new_ordering({m: commit.cut.get(m, 0) for m in new})
+        # the new view's order starts after the cut and after what was rolled back
+        self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0)) for m in new})
         self.happenings.append(("view", (old, commit.view, leavers)))
         self.limits, self.committing = None, None
         self.void = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.rollback.items() if s in new}

@@ -82,31 +82,37 @@ def out_of_order_deliveries(events: Any) -> Any:
 
 def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
     """Invariant 6: (group, sender, seq, node) of multicasts that a member of the
-    send's view never delivered, although it and the sender stayed up.
+    send's view never delivered, although it and the sender stayed connected.
 
-    A node "stays up" when it has no crash, leave or recover row after the send.
-    Messages sent in the last ``grace`` seconds of the trace may still be in
-    flight and are not checked.
+    A message sent in view V (for an optimistic send: its optimistic view,
+    which is the id of the view it is delivered in) must be delivered by every
+    node that installed V and whose next installed view still contains the
+    sender; if that node installed no later view, by every such node that
+    stays up while the sender stays up. Rolled-back messages are exempt, and
+    messages sent in the last ``grace`` seconds may still be in flight.
     """
-    import pandas as pd
+    import numpy as np
 
     end = events["t"].max()
     sends = _without_rolled_back(events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)],
-                                 events)
-    views = events[events["kind"] == "view"].drop_duplicates("view_id")[["view_id", "members"]]
-    expected = sends[["t", "group", "sender", "seq", "view_id"]].merge(views, on="view_id")
-    expected = expected.explode("members").rename(columns={"members": "node"})
-    expected["node"] = expected["node"].astype("int64")
-    churn = events[events["kind"].isin(["crash", "leave", "recover"])][["node", "t", "kind"]]
-    last_churn = churn.groupby("node")["t"].max()
-    last_kind = churn.groupby("node")["kind"].last()
-    for column in ("node", "sender"):
-        gone = expected[column].map(last_churn)
-        recovered = expected[column].map(last_kind) == "recover"
-        expected = expected[gone.isna() | ((gone < expected["t"]) & recovered)]
-    got = deliveries(events)[["node", "group", "sender", "seq"]].drop_duplicates()
-    merged = expected.merge(got, on=["node", "group", "sender", "seq"], how="left", indicator=True)
-    return merged[merged["_merge"] == "left_only"].drop(columns="_merge").reset_index(drop=True)
+                                 events)[["t", "group", "sender", "seq", "view_id"]]
+    rows = _with_incarnation(events)
+    views = rows[(rows["kind"] == "view") & ~_optimistic(rows)]
+    views = views.assign(next_members=views.groupby(_INCARNATION, sort=False)["members"].shift(-1))
+    expected = sends.merge(views[["group", "view_id", "node", "incarnation", "next_members"]], on=["group", "view_id"])
+    has_next = expected["next_members"].notna()
+    stays = [bool(n) and s in m for s, m, n in zip(expected["sender"], expected["next_members"], has_next)]
+    expected = expected[~has_next.to_numpy() | np.array(stays, dtype=bool)]
+    churn = rows[rows["kind"].isin(["crash", "leave"])]
+    node_gone = expected.merge(churn[["node", "incarnation"]].drop_duplicates().assign(gone=True),
+                               on=["node", "incarnation"], how="left")["gone"].fillna(False).to_numpy(dtype=bool)
+    sender_gone = expected["sender"].map(churn.groupby("node")["t"].max()).fillna(-1.0).to_numpy() > \
+        expected["t"].to_numpy()
+    expected = expected[expected["next_members"].notna().to_numpy() | ~(node_gone | sender_gone)]
+    got = deliveries(events)[["node", "incarnation", "group", "sender", "seq"]].drop_duplicates()
+    merged = expected.merge(got, on=["node", "incarnation", "group", "sender", "seq"], how="left", indicator=True)
+    missing = merged[merged["_merge"] == "left_only"]
+    return missing.drop(columns=["_merge", "next_members", "incarnation"]).reset_index(drop=True)
 
 
 def violations(events: Any, grace: float = 2.0) -> dict[str, int]:
@@ -129,6 +135,8 @@ def violations(events: Any, grace: float = 2.0) -> dict[str, int]:
 def reach(events: Any, grace: float = 2.0) -> Any:
     """Per multicast: the fraction of the members of its send view that delivered it
     (the reliability distribution; plain gossip is bimodal: all or almost none)."""
+    import numpy as np
+
     end = events["t"].max()
     sends = _without_rolled_back(events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)],
                                  events)
@@ -159,7 +167,9 @@ def total_order_violations(events: Any) -> int:
 def causal_violations(events: Any) -> int:
     """Invariant 4: deliveries that came before a message their sender had
     delivered or sent before sending them (checked through each sender's latest
-    delivery per stream at send time, which FIFO makes sufficient)."""
+    delivery per stream at send time, which FIFO makes sufficient). Only
+    inversions count: a node that joined after that earlier message, or left
+    before it, never delivers it, and invariant 6 judges whether it should."""
     import numpy as np
 
     rows = _without_rolled_back(events[events["kind"].isin(["send", "deliver"]) & events["dest"].isna()], events)
@@ -167,23 +177,38 @@ def causal_violations(events: Any) -> int:
     for _, group_rows in rows.groupby("group", sort=False):
         senders = sorted(set(group_rows["sender"].dropna().astype("int64")))
         column = {s: i for i, s in enumerate(senders)}
-        latest: dict[int, Any] = {}
-        causes: dict[tuple[int, int], Any] = {}
-        for node, kind, sender, seq in zip(group_rows["node"], group_rows["kind"], group_rows["sender"], group_rows["seq"]):
-            vector = latest.setdefault(node, np.zeros(len(senders), dtype=np.int64))
-            if kind == "send":
-                causes[(int(sender), int(seq))] = vector.copy()
-            vector[column[int(sender)]] = seq
+        records = list(zip(group_rows["node"], group_rows["kind"], group_rows["sender"].astype("int64"),
+                           group_rows["seq"].astype("int64")))
+        causes = _send_vectors(records, column)
+        delivered_at = {(node, sender, seq): i for i, (node, kind, sender, seq) in enumerate(records)
+                        if kind == "deliver"}
         seen: dict[int, Any] = {}
-        for node, kind, sender, seq in zip(group_rows["node"], group_rows["kind"], group_rows["sender"], group_rows["seq"]):
+        for i, (node, kind, sender, seq) in enumerate(records):
             if kind != "deliver":
                 continue
             vector = seen.setdefault(node, np.zeros(len(senders), dtype=np.int64))
-            cause = causes.get((int(sender), int(seq)))
-            if cause is not None and (vector < cause).any():
-                violations += 1
-            vector[column[int(sender)]] = seq
+            cause = causes.get((sender, seq))
+            if cause is not None:
+                for j in np.flatnonzero(vector < cause).tolist():
+                    if delivered_at.get((node, senders[j], int(cause[j])), -1) > i:
+                        violations += 1
+                        break
+            vector[column[sender]] = seq
     return violations
+
+
+def _send_vectors(records: list[tuple[int, str, int, int]], column: dict[int, int]) -> dict[tuple[int, int], Any]:
+    """Per message, its sender's latest delivered or sent seq per stream just before sending it."""
+    import numpy as np
+
+    latest: dict[int, Any] = {}
+    causes: dict[tuple[int, int], Any] = {}
+    for node, kind, sender, seq in records:
+        vector = latest.setdefault(node, np.zeros(len(column), dtype=np.int64))
+        if kind == "send":
+            causes[(sender, seq)] = vector.copy()
+        vector[column[sender]] = seq
+    return causes
 
 
 def _without_rolled_back(rows: Any, events: Any) -> Any:
