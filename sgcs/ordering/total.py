@@ -85,6 +85,9 @@ class OrderingLayer:
         self._work: set[int] = set()  # streams with unstamped messages or unused promises
         self._heads: list[tuple[int, int, int]] = []  # (ts, sender, first) of stamped queue heads
         self._clocks = SortedList()  # (clock, member) of the other members
+        self._final = False
+        """Draining at the end of a view: every record up to the cut is here,
+        and references past it point into the next view."""
         self.blocker: int | None = None
         """The member whose promise (or, for safe order, ACK) the next message waits for."""
         self.members: tuple[int, ...] = ()
@@ -158,6 +161,8 @@ class OrderingLayer:
 
     def _covers(self, stream: _Stream, high: int) -> bool:
         """Every complete message of the stream ending at or before ``high`` is delivered."""
+        if self._final:
+            high = min(high, stream.received)
         if stream.delivered >= high:
             return True
         head = stream.queue[0] if stream.queue else None
@@ -275,7 +280,9 @@ class OrderingLayer:
         if stream is None or high <= 0:
             return 0
         if stream.received < high:
-            return None  # records up to high are still in flight to us
+            if not self._final:
+                return None  # records up to high are still in flight to us
+            high = stream.received  # past the cut: those records belong to the next view
         stamped_to = stream.ends[-1] if stream.ends else 0
         for message in stream.queue:  # the first unstamped message, if it ends by high
             if message.last > stamped_to:
@@ -313,9 +320,12 @@ class OrderingLayer:
     def drain(self) -> tuple[list[OrderedMessage], list[OrderedMessage]]:
         """End of a view: every member holds the same messages up to the cut,
         so deliver them all in the order's deterministic sequence without
-        waiting for promises. Messages that refer to records beyond the cut
-        (of excluded members, never to be completed) cannot be stamped or are
-        never causally ready: they are returned as discarded, alike everywhere."""
+        waiting for promises. References past the cut are clamped to it: what
+        lies beyond belongs to the next view, or to nobody (an excluded
+        member's records that no survivor holds). Whatever still cannot be
+        ordered is returned as discarded, alike everywhere."""
+        self._final = True
+        self._work.update(self._streams)
         self._stamp_all()
         if self.order is Order.CAUSAL:
             delivered = self._deliver_causal()
