@@ -12,7 +12,19 @@ from .config import Config, Order
 from .errors import DecodeError, SgcsError, UsageError, WouldBlock
 
 if TYPE_CHECKING:
-    from .api import Delivery, Event, GroupHandle, NodeHandle, View, ViewChange, open_node
+    from .api import (
+        Delivery,
+        Event,
+        GroupHandle,
+        MemberBusy,
+        MemberSuspected,
+        NodeHandle,
+        OptimisticView,
+        Rollback,
+        View,
+        ViewChange,
+        open_node,
+    )
 
 __version__ = "0.1.0"
 
@@ -22,8 +34,12 @@ __all__ = [
     "Delivery",
     "Event",
     "GroupHandle",
+    "MemberBusy",
+    "MemberSuspected",
     "NodeHandle",
+    "OptimisticView",
     "Order",
+    "Rollback",
     "SgcsError",
     "UsageError",
     "View",
@@ -35,7 +51,21 @@ __all__ = [
 
 # The trio API loads on first use, so the simulator and the protocol modules
 # can be imported without importing trio.
-_API_NAMES = frozenset({"Delivery", "Event", "GroupHandle", "NodeHandle", "View", "ViewChange", "open_node"})
+_API_NAMES = frozenset(
+    {
+        "Delivery",
+        "Event",
+        "GroupHandle",
+        "MemberBusy",
+        "MemberSuspected",
+        "NodeHandle",
+        "OptimisticView",
+        "Rollback",
+        "View",
+        "ViewChange",
+        "open_node",
+    }
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -13,13 +13,19 @@ Blocks nest in that order, so every group is left before its node closes::
         async with node.join("chat", order=sgcs.Order.TOTAL) as group:
             await group.send(b"hello")              # multicast, delivered to self too
             await group.send(b"psst", to=member_id) # unicast inside the group
-            async for event in group:               # sgcs.Delivery | sgcs.ViewChange
+            async for event in group:               # sgcs.Delivery | sgcs.ViewChange | ...
                 ...
 
 A group's events come in the node's delivery order through a bounded queue of
 ``Config.app_queue`` events. While it is full the node stops reading the
 network and ``send`` waits (backpressure), so a program that sends much
 without reading should read in another task.
+
+Besides ``Delivery`` and ``ViewChange`` a group yields ``OptimisticView``
+(a view change began; messages sent from now on are optimistic),
+``Rollback`` (optimistic messages that were delivered nowhere),
+``MemberSuspected`` and ``MemberBusy`` (what the failure detector thinks of
+a member). A program that does not care about an event type skips it.
 
 The handles are thin: every command goes through the driver to the sans-I/O
 node, whose ``UsageError`` (unknown member, payload too big, not bytes, group
@@ -36,6 +42,7 @@ from typing import Union
 
 import trio
 
+from . import actions
 from .actions import Deliver, GroupError, ViewInstalled
 from .config import Config, Order
 from .errors import UsageError
@@ -81,11 +88,42 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class ViewChange:
-    """A new view of the group was installed; later deliveries happen in it."""
+    """A new view of the group was installed; later deliveries happen in it.
+
+    Every member of the new view installs it after the same set of messages
+    (virtual synchrony), so this is the point to re-plan by membership, e.g.
+    reassign work that ``left`` or ``failed`` members held."""
 
     view_id: str
     members: tuple[int, ...]
     """Member ids, sorted."""
+    group: str
+    joined: tuple[int, ...] = ()
+    """Members new in this view."""
+    left: tuple[int, ...] = ()
+    """Members that left the group gracefully since the previous view."""
+    failed: tuple[int, ...] = ()
+    """Members excluded as failed (crashed, or unresponsive during the change)."""
+
+    @property
+    def view(self) -> View:
+        return View(self.view_id, self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class OptimisticView:
+    """A view change of the group began; ``members`` estimates the next view.
+
+    Messages this node sends from now until the next ``ViewChange`` are
+    optimistic: they are delivered in the new view if it holds these members,
+    otherwise they come back in a ``Rollback``. An application that must not
+    risk that can hold its sends until the ``ViewChange``; most just keep
+    sending and handle ``Rollback``."""
+
+    view_id: str
+    """The proposed view's name; the installed one may differ."""
+    members: tuple[int, ...]
+    """Estimated member ids, sorted."""
     group: str
 
     @property
@@ -93,7 +131,46 @@ class ViewChange:
         return View(self.view_id, self.members)
 
 
-Event = Union[Delivery, ViewChange]
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """Optimistic messages that were delivered to no member, anywhere.
+
+    Each entry is ``(sender, seq)``, the name of a message sent during a view
+    change whose estimate turned out wrong. No member delivered them and none
+    will: if this node is the sender and the message still matters, send it
+    again (it goes out in the new view)."""
+
+    messages: tuple[tuple[int, int], ...]
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSuspected:
+    """The failure detector suspects ``member`` and is probing it.
+
+    Advisory only: the member stays in the view until a ``ViewChange``
+    excludes it (listed in ``failed``), or it proves alive (``MemberBusy``, or
+    simply nothing more). An application may stop waiting on replies from it,
+    but must not treat it as gone before the ``ViewChange``."""
+
+    member: int
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberBusy:
+    """A suspected ``member`` is alive but slow: another member heard from it
+    recently, so it is not excluded now.
+
+    Advisory: expect it to lag (replies, stability, flow control of the
+    group may wait on it). Nothing needs doing; an application may route work
+    away from it."""
+
+    member: int
+    group: str
+
+
+Event = Union[Delivery, ViewChange, OptimisticView, Rollback, MemberSuspected, MemberBusy]
 """What iterating over a group yields."""
 
 RECEIVE_YIELD_EVERY = 16
@@ -102,11 +179,25 @@ yields to trio's scheduler (it always does when it has to wait)."""
 
 
 def _event_of(action: AppEvent) -> Event:
-    if isinstance(action, GroupError):
-        raise UsageError(action.message)  # the group refused us (e.g. another order)
+    """The public event for one action of a group's channel."""
+    # Deliveries first: they are nearly all the traffic.
     if isinstance(action, Deliver):
         return Delivery(action.sender, action.seq, action.payload, action.view_id, action.group, action.dest)
-    return ViewChange(action.view_id, action.members, action.group)
+    if isinstance(action, ViewInstalled):
+        return ViewChange(
+            action.view_id, action.members, action.group, tuple(action.joined), tuple(action.left), tuple(action.failed)
+        )
+    if isinstance(action, actions.OptimisticView):
+        return OptimisticView(action.view_id, action.members, action.group)
+    if isinstance(action, actions.Rollback):
+        return Rollback(tuple((sender, seq) for sender, seq in action.messages), action.group)
+    if isinstance(action, actions.MemberSuspected):
+        return MemberSuspected(action.member, action.group)
+    if isinstance(action, actions.MemberBusy):
+        return MemberBusy(action.member, action.group)
+    if isinstance(action, GroupError):
+        raise UsageError(action.message)  # the group refused us (e.g. another order)
+    raise TypeError(f"no public event for {type(action).__name__}")  # a bug: the driver routes only AppEvent
 
 
 class GroupHandle:

@@ -28,10 +28,10 @@ Routing is a table keyed by action type. ``Send`` and ``Multicast`` go to the
 unicast socket (a multicast to the group address, or to every peer when
 multicast is off). A send error (EPERM from a firewall, ENETUNREACH...) is
 counted by errno name and never raised: UDP is unreliable anyway and the
-protocol above the wire repairs loss. ``Deliver`` and ``ViewInstalled`` go to
-the group's bounded memory channel (``Config.app_queue``). Outputs the
-public API does not surface yet (trace events, suspicions, optimistic views)
-are skipped.
+protocol above the wire repairs loss. ``Deliver``, ``ViewInstalled``,
+``OptimisticView``, ``Rollback``, ``MemberSuspected``, ``MemberBusy`` and
+``GroupError`` go to the group's bounded memory channel (``Config.app_queue``).
+Outputs the public API does not surface yet (trace events) are skipped.
 
 Fast path: a route first tries to finish at once (a non-blocking ``sendto``
 on the stdlib socket, ``send_nowait`` into the channel) and only when that
@@ -94,14 +94,29 @@ from typing import Any, Awaitable, Union
 
 import trio
 
-from ..actions import Action, Deliver, GroupError, Multicast, Send, TraceEvent, ViewInstalled
+from ..actions import (
+    Action,
+    Deliver,
+    GroupError,
+    MemberBusy,
+    MemberSuspected,
+    Multicast,
+    OptimisticView,
+    Rollback,
+    Send,
+    TraceEvent,
+    ViewInstalled,
+)
 from ..config import Config, Order
 from ..errors import UsageError, WouldBlock
 from ..node import Node
 from .sockets import Endpoint, NodeSockets, open_sockets, read_refusals
 
-AppEvent = Union[Deliver, ViewInstalled, GroupError]
+AppEvent = Union[Deliver, ViewInstalled, OptimisticView, Rollback, MemberSuspected, MemberBusy, GroupError]
 """What a group's channel carries; ``sgcs.api`` turns them into public events."""
+_COUNTED_EVENTS = tuple(kind for kind in typing.get_args(AppEvent) if kind is not GroupError)
+"""Events that count in ``events_discarded`` when a cancelled route never
+hands them over."""
 
 RECEIVE_SIZE = 65_536
 """Bytes asked of recvfrom: any UDP datagram fits, so none is truncated before
@@ -413,7 +428,7 @@ class TrioDriver:
         finally:
             # Cancelled mid-way (shutdown, or a cancelled send): count what
             # never reached the application rather than lose it silently.
-            self._discarded += sum(isinstance(a, (Deliver, ViewInstalled)) for a in actions[routed:])
+            self._discarded += sum(isinstance(a, _COUNTED_EVENTS) for a in actions[routed:])
 
     # Each route finishes at once and returns None, or returns what to await
     # to finish (see "Fast path" in the module docstring).
@@ -513,13 +528,17 @@ _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
     Multicast: TrioDriver._multicast,
     Deliver: TrioDriver._to_app,
     ViewInstalled: TrioDriver._to_app,
+    OptimisticView: TrioDriver._to_app,
+    Rollback: TrioDriver._to_app,
+    MemberSuspected: TrioDriver._to_app,
+    MemberBusy: TrioDriver._to_app,
     GroupError: TrioDriver._to_app,
     TraceEvent: TrioDriver._ignore,
 }
 for _kind in typing.get_args(Action):
-    # Node outputs the public API does not surface yet (suspicions, optimistic
-    # views...): skipped here, so a node that grows a new output never breaks
-    # a running driver with a KeyError in its receive or timer loop.
+    # Node outputs the public API does not surface yet: skipped here, so a
+    # node that grows a new output never breaks a running driver with a
+    # KeyError in its receive or timer loop.
     _ROUTES.setdefault(_kind, TrioDriver._ignore)
 
 

@@ -1,0 +1,134 @@
+"""The events a group yields to the application: the action -> event mapping
+of ``sgcs.api`` (no network), the driver's routing table, and one view change
+between two real nodes on loopback."""
+
+from __future__ import annotations
+
+import random
+import socket
+from typing import Any
+
+import pytest
+import trio
+
+import sgcs
+from sgcs import actions
+from sgcs.api import _event_of
+from sgcs.io import trio_driver
+
+SECRET = b"api-events-test-secret"
+WAIT = 10.0
+"""Seconds any single wait may take before the test fails instead of hanging."""
+
+
+# ------------------------------------------------------------ action -> event
+
+
+def test_deliver_becomes_delivery() -> None:
+    event = _event_of(actions.Deliver("g", 7, 3, b"hi", "v1", dest=9))
+    assert event == sgcs.Delivery(7, 3, b"hi", "v1", "g", 9)
+    assert isinstance(event, sgcs.Delivery) and event.unicast
+
+
+def test_view_installed_becomes_view_change_with_joined_left_failed() -> None:
+    event = _event_of(actions.ViewInstalled("g", "v2", (1, 4, 5), joined=(5,), left=(2,), failed=(3,)))
+    assert isinstance(event, sgcs.ViewChange)
+    assert (event.view_id, event.members, event.group) == ("v2", (1, 4, 5), "g")
+    assert (event.joined, event.left, event.failed) == ((5,), (2,), (3,))
+    assert event.view == sgcs.View("v2", (1, 4, 5))
+    assert 4 in event.view and len(event.view) == 3
+
+
+def test_view_change_defaults_and_positional_fields_unchanged() -> None:
+    # Code written before joined/left/failed existed keeps working.
+    event = sgcs.ViewChange("v1", (1,), "g")
+    assert (event.joined, event.left, event.failed) == ((), (), ())
+    assert _event_of(actions.ViewInstalled("g", "v1", (1,))) == event
+
+
+def test_optimistic_view() -> None:
+    event = _event_of(actions.OptimisticView("g", "v3", (1, 2)))
+    assert event == sgcs.OptimisticView("v3", (1, 2), "g")
+    assert isinstance(event, sgcs.OptimisticView) and event.view == sgcs.View("v3", (1, 2))
+
+
+def test_rollback() -> None:
+    event = _event_of(actions.Rollback("g", ((1, 10), (2, 4))))
+    assert event == sgcs.Rollback(((1, 10), (2, 4)), "g")
+    assert isinstance(event, sgcs.Rollback) and event.messages == ((1, 10), (2, 4))
+
+
+def test_member_suspected_and_busy() -> None:
+    assert _event_of(actions.MemberSuspected("g", 5)) == sgcs.MemberSuspected(5, "g")
+    assert _event_of(actions.MemberBusy("g", 5)) == sgcs.MemberBusy(5, "g")
+
+
+def test_group_error_raises_usage_error() -> None:
+    with pytest.raises(sgcs.UsageError, match="other order"):
+        _event_of(actions.GroupError("g", "the group uses the other order"))
+
+
+def test_events_are_frozen_and_slotted() -> None:
+    for event in (
+        sgcs.ViewChange("v", (1,), "g"),
+        sgcs.OptimisticView("v", (1,), "g"),
+        sgcs.Rollback(((1, 1),), "g"),
+        sgcs.MemberSuspected(1, "g"),
+        sgcs.MemberBusy(1, "g"),
+    ):
+        assert not hasattr(event, "__dict__")
+        with pytest.raises(AttributeError):
+            event.group = "h"  # type: ignore[misc]
+        assert type(event).__doc__
+
+
+def test_public_names() -> None:
+    for name in ("OptimisticView", "Rollback", "MemberSuspected", "MemberBusy", "ViewChange"):
+        assert name in sgcs.__all__
+        assert getattr(sgcs, name) is getattr(sgcs.api, name)
+
+
+def test_driver_routes_every_app_event_to_the_group_queue() -> None:
+    routed = [actions.OptimisticView, actions.Rollback, actions.MemberSuspected, actions.MemberBusy]
+    for kind in (actions.Deliver, actions.ViewInstalled, actions.GroupError, *routed):
+        assert trio_driver._ROUTES[kind] is trio_driver.TrioDriver._to_app, kind
+
+
+# ------------------------------------------------------------- real sockets
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def make_config(name: str, network: dict[str, Any]) -> sgcs.Config:
+    return sgcs.Config(name=name, secret=SECRET, beacon_interval=0.1, **network)
+
+
+async def test_view_change_names_the_member_that_joined() -> None:
+    rng = random.SystemRandom()
+    network = {
+        "multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}",
+        "multicast_port": free_udp_port(),
+    }
+    public = (sgcs.Delivery, sgcs.ViewChange, sgcs.OptimisticView, sgcs.Rollback, sgcs.MemberSuspected, sgcs.MemberBusy)
+    async with sgcs.open_node(make_config("first", network)) as a, a.join("g") as ga:
+        with trio.fail_after(WAIT):
+            initial = await ga.receive()
+        assert isinstance(initial, sgcs.ViewChange) and initial.members == (a.id,)
+
+        async with sgcs.open_node(make_config("second", network)) as b, b.join("g"):
+            seen: list[sgcs.Event] = []
+            with trio.fail_after(WAIT):
+                async for event in ga:
+                    assert isinstance(event, public), event  # never a raw node action
+                    seen.append(event)
+                    if isinstance(event, sgcs.ViewChange) and b.id in event.joined:
+                        break
+            change = seen[-1]
+            assert isinstance(change, sgcs.ViewChange)
+            assert change.members == tuple(sorted((a.id, b.id)))
+            assert (change.left, change.failed) == ((), ())
+            assert ga.view == change.view
