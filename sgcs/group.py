@@ -113,7 +113,8 @@ class GroupStack:
         self.outbox: list[Record] = []
         self._outbox_bytes = 0
         self.flush_at: float | None = None
-        self.next_beacon: float | None = now
+        self.next_beacon: float | None = None
+        """Coordinators beacon every ``beacon_interval`` (set by the node)."""
         self.last_send = -math.inf
 
     @property

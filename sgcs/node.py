@@ -178,6 +178,8 @@ class Node:
         self._trace(out, "join", group=group)
         self._install(out, state, View(-1, ()), state.view)
         self._watch(now)
+        jitter = self.config.beacon_interval * (0.5 + self.rng.random())
+        state.next_beacon = now if members is None else now + jitter  # a newcomer looks for the group at once
         if members is None:
             state.joining = True  # until a member with our order answers
             self._multicast_hello(out, state, reply_wanted=True)
@@ -307,6 +309,10 @@ class Node:
         state = self._group(group)
         return state.view.view_id, state.view.members
 
+    def changing_view(self, group: str) -> bool:
+        """A view change of ``group`` is under way here: sends are optimistic."""
+        return self._group(group).limits is not None
+
     def order_of(self, group: str) -> Order:
         return self._group(group).order
 
@@ -397,6 +403,11 @@ class Node:
         if msg.order is not state.order:
             return self._order_mismatch(state, header.sender, msg, src, now)
         state.joining = False  # a member with our order answered: we are in
+        if msg.reply_wanted and header.sender not in state.view:
+            # a joiner announces itself: merge it without waiting for its beacon
+            self._route(out, state, state.on_agreement(state.agreement.merge_with({header.sender: 0}, header.sender,
+                                                                                  now), now))
+            self._drain(out, state, now)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
             self._emit(out, Send(src, seal(self._key, MsgType.HELLO, Flag.NONE, self.id, reply), MsgType.HELLO))

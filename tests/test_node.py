@@ -101,17 +101,56 @@ def test_unicast_goes_to_the_member_only() -> None:
     assert c.handle_datagram(1, send.data, 0.1) == [TraceEvent("drop", reason="misaddressed")]
 
 
-def test_discovery_hello_grows_views_and_leave_shrinks_them() -> None:
+def pump(nodes: dict[int, Node], actions: dict[int, list], now: float, until: float, step: float = 0.01) -> list:
+    """A lossless network: deliver every datagram at once and run timers until
+    ``until``. Returns every action the nodes produced."""
+    seen: list = []
+    queue = [(i, a) for i, acts in actions.items() for a in acts]
+    while True:
+        while queue:
+            src, action = queue.pop(0)
+            seen.append(action)
+            if isinstance(action, Multicast):
+                targets = [n for n in sorted(nodes) if n != src]
+            elif isinstance(action, Send):
+                targets = [action.dst] if action.dst in nodes else []
+            else:
+                continue
+            for dst in targets:
+                queue += [(dst, a) for a in nodes[dst].handle_datagram(src, action.data, now)]
+        if now >= until:
+            return seen
+        now = round(now + step, 6)
+        for i, node in sorted(nodes.items()):
+            deadline = node.next_deadline()
+            if deadline is not None and deadline <= now:
+                queue += [(i, a) for a in node.handle_timeout(now)]
+
+
+def test_join_merges_singletons_and_leave_shrinks_the_view() -> None:
     a, b = make_node(1), make_node(2)
-    a.join("g", 0.0)
-    hello = of(Multicast, b.join("g", 0.0))[0]
-    out = a.handle_datagram(2, hello.data, 0.1)
-    assert of(ViewInstalled, out)[0].members == (1, 2)
-    (reply,) = of(Send, out)
-    assert of(ViewInstalled, b.handle_datagram(1, reply.data, 0.2))[0].members == (1, 2)
-    assert b.next_deadline() == pytest.approx(CONFIG.beacon_interval)
-    leave = of(Multicast, b.leave("g", 1.0))[0]
-    assert of(ViewInstalled, a.handle_datagram(2, leave.data, 1.1))[0].members == (1,)
+    nodes = {1: a, 2: b}
+    seen = pump(nodes, {1: a.join("g", 0.0), 2: b.join("g", 0.0)}, 0.0, 2.0)
+    assert a.view("g") == b.view("g") and a.view("g")[1] == (1, 2)
+    installed = [v for v in of(ViewInstalled, seen) if v.members == (1, 2)]
+    assert len(installed) == 2 and all(v.joined for v in installed)
+    out = b.leave("g", 2.0)
+    del nodes[2]
+    seen = pump(nodes, {2: out}, 2.0, 4.0)
+    (view,) = of(ViewInstalled, seen)
+    assert view.members == (1,) and view.left == (2,) and not view.failed
+
+
+def test_crashed_member_is_suspected_probed_and_excluded() -> None:
+    nodes = {i: make_node(i) for i in (1, 2, 3, 4)}
+    pump(nodes, {i: n.join("g", 0.0, members=[1, 2, 3, 4]) for i, n in nodes.items()}, 0.0, 0.5)
+    del nodes[3]  # crash: silent from now on
+    seen = pump(nodes, {}, 0.5, 5.0)
+    kinds = [e.kind for e in of(TraceEvent, seen) if e.kind in ("suspect", "view") and e.target in (3, None)]
+    assert "suspect" in kinds
+    views = [v for v in of(ViewInstalled, seen)]
+    assert {v.members for v in views} == {(1, 2, 4)} and all(v.failed == (3,) for v in views)
+    assert len({n.view("g") for n in nodes.values()}) == 1
 
 
 GARBAGE = [
@@ -177,7 +216,8 @@ class AdversarialNetwork(RuleBasedStateMachine):
     """3 to 5 nodes in one group; the test is the network and may deliver, drop,
     duplicate or reorder any datagram in flight, crash a node, or advance time.
     Invariants 1 and 2 hold after every step, plus 3 and 4 for the orders that
-    promise them; after healing, everything sent by survivors is delivered."""
+    promise them; after healing, the survivors install one view of themselves
+    and deliver what each then sends."""
 
     ORDER = Order.FIFO
     CRASHES = True
@@ -189,6 +229,7 @@ class AdversarialNetwork(RuleBasedStateMachine):
         self.in_flight: list[tuple[int, int, bytes]] = []  # (src, dst, data)
         self.delivered: dict[int, list[tuple[int, int]]] = {}
         self.causes: dict[tuple[int, int], set[tuple[int, int]]] = {}  # sender's past at send time
+        self.final_sends: list[tuple[int, int]] = []
 
     @precondition(lambda self: not self.nodes)
     @rule(count=st.integers(3, 5))
@@ -261,13 +302,12 @@ class AdversarialNetwork(RuleBasedStateMachine):
                 for b in logs:
                     common = set(a) & set(b)
                     assert [m for m in a if m in common] == [m for m in b if m in common], "total order differs"
-        if self.ORDER is not Order.FIFO:  # invariant 4
-            for node, log in self.delivered.items():
-                seen: set[tuple[int, int]] = set()
-                for message in log:
-                    missing = self.causes.get(message, set()) - seen
-                    assert not missing, f"node {node} delivered {message} before its causes {missing}"
-                    seen.add(message)
+        if self.ORDER is not Order.FIFO:  # invariant 4, as inversions: a member excluded
+            for node, log in self.delivered.items():  # and merged back never gets what it missed
+                position = {message: i for i, message in enumerate(log)}
+                for i, message in enumerate(log):
+                    late = [c for c in self.causes.get(message, set()) if position.get(c, -1) > i]
+                    assert not late, f"node {node} delivered {message} before its causes {late}"
 
     @invariant()
     def nothing_is_dropped_as_garbage(self) -> None:
@@ -275,23 +315,38 @@ class AdversarialNetwork(RuleBasedStateMachine):
             assert node.statistics().dropped == 0
 
     def teardown(self) -> None:
-        """Heal the network: no more loss or reordering. Every message sent by a
-        surviving member must then reach every survivor (crashed members never
-        ACK, so streams stay unstable and timers keep running; stop once done)."""
+        """Heal the network: no more loss or reordering. The survivors must then
+        agree on one view of exactly themselves (members falsely excluded while
+        the network was hostile merge back), and a message each survivor sends
+        in that view must reach every survivor."""
         if not self.nodes:
             return
-        expected = {(s, q) for s in self.nodes for (sender, q) in self.delivered[s] if sender == s}
+        self._run_healed(lambda: len({n.view("g") for n in self.nodes.values()}) == 1
+                         and next(iter(self.nodes.values())).view("g")[1] == tuple(sorted(self.nodes))
+                         and not any(n.changing_view("g") for n in self.nodes.values()))
+        for i in sorted(self.nodes):
+            self.send_from(i)
+        expected = set(self.final_sends)
+        self._run_healed(lambda: all(expected <= set(self.delivered[i]) for i in self.nodes))
+
+    def send_from(self, sender: int) -> None:
+        actions = self.nodes[sender].multicast("g", b"final", self.now)
+        (sent,) = [a for a in actions if isinstance(a, TraceEvent) and a.kind == "send"]
+        self.final_sends.append((sender, sent.seq))
+        self._route(sender, actions)
+
+    def _run_healed(self, done) -> None:
         for _ in range(3_000):
             while self.in_flight:
                 src, dst, datagram = self.in_flight.pop(0)
                 if dst in self.nodes:
                     self._route(dst, self.nodes[dst].handle_datagram(src, datagram, self.now))
-            if all(expected <= set(self.delivered[i]) for i in self.nodes):
+            if done():
                 return
             self.now += 0.05
             self.advance(0.0)
-        missing = {i: sorted(expected - set(self.delivered[i])) for i in self.nodes}
-        raise AssertionError(f"survivors still miss messages after healing: {missing}")
+        views = {i: n.view("g") for i, n in self.nodes.items()}
+        raise AssertionError(f"no convergence after healing: views {views}")
 
 
 AdversarialNetwork.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
@@ -299,9 +354,7 @@ test_adversarial_network = AdversarialNetwork.TestCase
 
 
 def _ordered(order: Order) -> type[AdversarialNetwork]:
-    # Without the membership layer a crashed member is never excluded, so it
-    # would hold causal/total/safe delivery forever: these runs do not crash.
-    machine = type(f"Adversarial{order.name.title()}", (AdversarialNetwork,), {"ORDER": order, "CRASHES": False})
+    machine = type(f"Adversarial{order.name.title()}", (AdversarialNetwork,), {"ORDER": order})
     machine.TestCase.settings = settings(max_examples=100, stateful_step_count=80, deadline=None)
     return machine
 

@@ -361,18 +361,20 @@ class ViewAgreement:
         return self._propose(members, now)
 
     def _take_over(self, now: float) -> list[AgreementOut]:
-        """No commit came: the coordinator may be gone. The lowest other
-        member of the proposal takes over."""
-        assert self.accepted is not None
+        """No commit came: the coordinator may be gone. The lowest other live
+        member of the proposal that we know takes over and proposes what it
+        wants now; a change with unchanged members still ends the freeze."""
+        proposal = self.accepted
+        assert proposal is not None
         self.commit_wait = now + 2 * self.view_timeout
         if self.coordination is not None:
             return []
-        others = [m for m in self.accepted.members if m != self.accepted.coordinator and m not in self.failed]
-        if self.accepted.coordinator in self.view:
-            self.failed.add(self.accepted.coordinator)
-        if others and min(others) == self.me:
-            members = tuple(m for m in self.accepted.members if m != self.accepted.coordinator)
-            return self._propose(members, now)
+        if proposal.coordinator in self.view and proposal.coordinator != self.me:
+            self.failed.add(proposal.coordinator)
+        live = [m for m in proposal.members if m != proposal.coordinator and m not in self.failed
+                and (m in self.view or m == self.me)]
+        if live and min(live) == self.me:
+            return self._propose(tuple(sorted(self.wanted())), now)
         return []
 
     def next_deadline(self) -> float | None:
