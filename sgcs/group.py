@@ -153,7 +153,7 @@ class GroupStack:
             elif isinstance(output, Freeze):
                 self.limits = output.limits
                 self.stream.stability_cap = dict(output.limits)
-                self.happenings.append(("optimistic", output.optimistic))
+                self._happen("optimistic", output.optimistic)
             elif isinstance(output, Commit):
                 frames += self._begin_commit(output, now)
         return [f for f in frames if not (isinstance(f, CtlSend) and f.dst == self.me)]
@@ -222,7 +222,7 @@ class GroupStack:
         frames = self.agreement.installed(commit)
         # the new view's order starts after the cut and after what was rolled back
         self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0)) for m in new})
-        self.happenings.append(("view", (old, commit.view, leavers)))
+        self._happen("view", (old, commit.view, leavers), old.view_id)
         self.limits, self.committing = None, None
         self.void = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.rollback.items() if s in new}
         held, self.held = self.held, []
@@ -232,14 +232,23 @@ class GroupStack:
         for message in held:
             if message.sender not in new or left_out:
                 if message.sender == self.me:
-                    self.happenings.append(("rollback", message))  # sent under a view we are not in
+                    self._happen("rollback", message)  # sent under a view we are not in
                 continue
             if self._rolled_back(message):
-                self.happenings.append(("rollback", message))
+                self._happen("rollback", message)
                 continue
             kept.append(message)
         self._release(self._order(self._pass_gate(kept)))  # a later change's messages stay held
+        self._happen("installed", None)
         return self.on_agreement(frames, now)
+
+    def _happen(self, kind: str, value: object, view_id: str | None = None) -> None:
+        """Record a view event after the deliveries released before it."""
+        view_id = view_id or self.view.view_id
+        self.happenings += [("deliver", (m, view_id)) for m in self.released]
+        self.released = []
+        if kind != "installed":
+            self.happenings.append((kind, value))
 
     def _rolled_back(self, message: Message) -> bool:
         low, high = self.void.get(message.sender, (0, 0))
@@ -319,7 +328,7 @@ class GroupStack:
         kept = []
         for message in messages:
             if self._rolled_back(message):
-                self.happenings.append(("rollback", message))
+                self._happen("rollback", message)
             else:
                 kept.append(message)
         return kept

@@ -72,13 +72,17 @@ def test_events_have_exactly_schema_1_columns(tmp_path: Path) -> None:
     frame = table.to_pandas()
     assert list(frame.columns) == [name for name, _ in EVENT_TYPES], replay
     assert len(frame) == summary.rows > 0, replay
-    assert set(frame["kind"]) == {"join", "view", "send", "deliver", "crash", "recover"}, replay
+    assert {"join", "view", "send", "deliver", "crash", "recover", "suspect"} <= set(frame["kind"]) <= {
+        "join", "view", "send", "deliver", "crash", "recover", "suspect", "unsuspect", "rollback"}, replay
     assert frame["t"].is_monotonic_increasing, f"rows must be in event order; replay: {replay}"
     views = frame[frame["kind"] == "view"]
     assert all(list(m) == sorted(m) for m in views["members"]), replay
     sends = frame[frame["kind"] == "send"]
     assert (sends["sender"] == sends["node"]).all() and (sends["size"] == 100).all(), replay
-    assert frame["dest"].isna().all() and frame["reason"].isna().all(), replay
+    assert frame["dest"].isna().all(), replay
+    assert set(frame["reason"].dropna()) <= {"busy"}, "only a busy verdict gives a reason here; " + replay
+    suspects = frame[frame["kind"] == "suspect"]
+    assert (suspects["target"] == 4).all(), "only the crashed node is suspected; " + replay
 
 
 def test_net_table_and_meta(tmp_path: Path) -> None:
@@ -86,7 +90,10 @@ def test_net_table_and_meta(tmp_path: Path) -> None:
     net = pq.read_table(run / "net")
     assert [(f.name, f.type) for f in net.schema] == NET_TYPES, replay
     frame = net.to_pandas()
-    assert "data" in set(frame["msg_type"]) <= {"data", "retransmit", "gossip", "nack", "digest", "null", "stable"}, replay
+    assert "data" in set(frame["msg_type"]) <= {
+        "data", "retransmit", "gossip", "nack", "digest", "null", "stable", "hello", "heartbeat", "probe",
+        "probe_ack", "ask", "ask_reply", "beacon", "propose", "flush", "commit", "installed"}, replay
+    assert "heartbeat" in set(frame["msg_type"]), replay
     assert set(frame["t"]) <= {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}, replay
     assert frame["sent_count"].sum() == summary.datagrams, replay
     data = frame[frame["msg_type"] == "data"]

@@ -34,7 +34,8 @@ def test_lossy_duplicating_network_loses_nothing(tmp_path: Path) -> None:
 
 def test_paused_receiver_holds_senders_at_the_window_then_resumes(tmp_path: Path) -> None:
     raw = {"seed": 4, "nodes": 12, "duration": 20.0, "network": {**NETWORK, "loss": 0.05},
-           "protocol": {"window_max": 100},
+           # a suspect timeout of 40 s keeps the paused member in the view: flow control, not exclusion
+           "protocol": {"window_max": 100, "suspect_factor": 100.0},
            "groups": [{"name": "g", "order": "fifo", "members": "all", "rate": 100.0, "size": 64}],
            "faults": [{"at": 4.0, "pause": [3], "for": 8.0}]}
     summary, events, replay = run(tmp_path, raw)
