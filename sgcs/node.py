@@ -154,8 +154,11 @@ class Node:
     ) -> list[Action]:
         """Join ``group``.
 
-        ``members``: the known membership (no discovery needed); None: start as
-        a singleton view and discover the others by beacons. ``from_start``
+        ``members``: the known membership, for a group whose members all start
+        together (no discovery; every stream starts at 1); None: start as a
+        singleton view, discover the others by beacons and merge with them
+        (our stream then starts at ``incarnation << 32``, so a restarted node's
+        message ids never repeat). ``from_start``
         (default: True when ``members`` is given) says the group starts now, so
         every member's stream is expected from its first message; otherwise we
         join running streams at the first record we see, and announce ourselves
@@ -171,7 +174,7 @@ class Node:
         fresh = members is not None if from_start is None else from_start
         state = GroupStack(group, Order.parse(order), self.id, initial, self._params, self.rng, now, fresh,
                            view_timeout=self.config.view_timeout, optimistic=self.config.optimistic,
-                           first_seq=(self.incarnation << 32) + 1)
+                           first_seq=1 if fresh else (self.incarnation << 32) + 1)
         self._groups[group] = state
         self._by_tag[state.tag] = state
         out: list[Action] = []
