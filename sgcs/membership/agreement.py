@@ -230,6 +230,8 @@ class ViewAgreement:
         proposal = _Proposal(msg.epoch, msg.attempt, src, members)
         if self.me not in members or proposal.epoch <= self.view.epoch:
             return []
+        if src not in self.view and not set(self.view.members) - self.failed - self.leaving <= set(members):
+            return []  # a merge takes whole components: this one is stale or partial
         if self.accepted is not None and proposal.key < self.accepted.key:
             return []
         out: list[AgreementOut] = []
