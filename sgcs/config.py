@@ -105,7 +105,7 @@ class Config:
     """False: repair by NACK only."""
 
     # -- membership (both drivers) --
-    suspect_factor: float = 1.5
+    suspect_factor: float = 1.0
     """c in suspect_timeout = c * ceil(log2 N) * gossip_interval, seconds: how long
     a member's heartbeat may stand still before it is suspected. At least 1."""
     probe_count: int = 3
@@ -114,7 +114,7 @@ class Config:
     """Seconds between two probes; the pull stage lasts probe_count * probe_interval."""
     ask_count: int = 3
     """Neighbours asked (ask stage) whether they heard from a suspect; 0 in a group of two."""
-    ask_timeout: float = 0.4
+    ask_timeout: float = 0.5
     """Seconds the ask stage waits for neighbours before the suspect is declared failed."""
     view_timeout: float = 1.0
     """Seconds each phase of a view change (flush replies, commit) may take before

@@ -528,8 +528,11 @@ class Node:
             if member not in state.view:
                 continue
             if kind == "suspect":
+                state.agreement.suspected.add(member)
                 out.append(MemberSuspected(state.name, member))
-            elif kind == "busy":
+                continue
+            state.agreement.suspected.discard(member)
+            if kind == "busy":
                 out.append(MemberBusy(state.name, member))
                 state.agreement.member_alive(member)
             elif kind == "unsuspect":

@@ -33,8 +33,8 @@ numbered by an epoch; a view's id names its epoch and its members.
   messages in the new view, and answers INSTALLED. Members new to a member's
   view start their streams after the cut. A member left out of the COMMIT
   installs a singleton view and merges back through beacons.
-* **Timers.** The coordinator repeats PROPOSE and COMMIT every third of
-  ``view_timeout``; a member that has not answered FLUSH after
+* **Timers.** The coordinator repeats PROPOSE and COMMIT to the members
+  that have not answered, five times per ``view_timeout``; a member that has not answered FLUSH after
   ``view_timeout`` is left out of the next attempt (a follow-up change). A
   member that waits ``2 * view_timeout`` for a COMMIT takes over if it is the
   lowest live member of the proposal.
@@ -54,6 +54,10 @@ from dataclasses import dataclass, field
 from ..wire import Control, MsgType, encode_control
 
 Entries = tuple[tuple[int, int], ...]
+REPEATS = 5
+"""Repetitions of a proposal or commit per ``view_timeout`` to members that have not answered."""
+UNICAST_REPEATS = 16
+"""At most this many silent members get a repetition each by unicast; more share one multicast."""
 
 
 def view_id_of(epoch: int, members: tuple[int, ...]) -> str:
@@ -150,6 +154,10 @@ class ViewAgreement:
         self.commit_wait: float | None = None
         self.coordination: _Coordination | None = None
         self.committing: Commit | None = None
+        self.suspected: set[int] = set()
+        """Members the failure detector is confirming (kept by the node)."""
+        self._deferred_since: float | None = None
+        self._reconsider_at: float | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -196,13 +204,25 @@ class ViewAgreement:
         return self.reconsider(now)
 
     def reconsider(self, now: float) -> list[AgreementOut]:
-        """As coordinator, propose when the wanted membership is not the view."""
+        """As coordinator, propose when the wanted membership is not the view.
+        While other members are still being confirmed (suspected, not yet
+        failed), wait up to ``view_timeout`` for their verdicts: one change
+        then excludes them all, instead of one attempt each, and fewer
+        optimistic messages are rolled back."""
         if self.coordinator() != self.me:
             return []
         wanted = tuple(sorted(self.wanted()))
         current = self.coordination.proposal.members if self.coordination else self.view.members
         if wanted == current:
+            self._deferred_since = None
             return []
+        if self.suspected & set(wanted) - {self.me}:
+            if self._deferred_since is None:
+                self._deferred_since = now
+            if now - self._deferred_since < self.view_timeout:
+                self._reconsider_at = now + self.view_timeout / 10
+                return []
+        self._deferred_since = self._reconsider_at = None
         return self._propose(wanted, now)
 
     def _propose(self, members: tuple[int, ...], now: float) -> list[AgreementOut]:
@@ -218,9 +238,12 @@ class ViewAgreement:
         coordination = self.coordination
         assert coordination is not None
         p = coordination.proposal
-        coordination.repeat_at = now + self.view_timeout / 3
-        body = encode_control(Control(self.tag, p.epoch, p.attempt, p.coordinator, 0, (tuple((m, 0) for m in p.members),)))
-        return [CtlSend(None, MsgType.PROPOSE, body)]
+        coordination.repeat_at = now + self.view_timeout / REPEATS
+        return [CtlSend(None, MsgType.PROPOSE, self._proposal_body(p))]
+
+    def _proposal_body(self, p: _Proposal) -> bytes:
+        return encode_control(Control(self.tag, p.epoch, p.attempt, p.coordinator, 0,
+                                      (tuple((m, 0) for m in p.members),)))
 
     # ------------------------------------------------------------------ participant
 
@@ -276,6 +299,7 @@ class ViewAgreement:
         self.view = commit.view
         self.failed &= set(self.view.members)
         self.leaving &= set(self.view.members)
+        self.suspected &= set(self.view.members)
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
         self.accepted = self.snapshot = self.commit_wait = self.committing = None
         self.sent_under = []
@@ -319,7 +343,7 @@ class ViewAgreement:
         coordination.commit = encode_control(Control(self.tag, p.epoch, p.attempt, self.me, 0, lists))
         coordination.installed = set()
         coordination.deadline = now + self.view_timeout
-        coordination.repeat_at = now + self.view_timeout / 3
+        coordination.repeat_at = now + self.view_timeout / REPEATS
         return [CtlSend(None, MsgType.COMMIT, coordination.commit)]
 
     def on_installed(self, src: int, msg: Control) -> None:
@@ -340,14 +364,30 @@ class ViewAgreement:
             elif coordination.commit is not None and now >= coordination.deadline:
                 self.coordination = None  # those who missed the commit will be found by the detector
             elif now >= coordination.repeat_at:
-                coordination.repeat_at = now + self.view_timeout / 3
-                if coordination.commit is None:
-                    out += self._send_proposal(now)
-                else:
-                    out.append(CtlSend(None, MsgType.COMMIT, coordination.commit))
+                out += self._repeat(coordination, now)
         if self.commit_wait is not None and now >= self.commit_wait and self.committing is None:
             out += self._take_over(now)
+        if self._reconsider_at is not None and now >= self._reconsider_at:
+            self._reconsider_at = None
+            out += self.reconsider(now)
         return out
+
+    def _repeat(self, coordination: _Coordination, now: float) -> list[AgreementOut]:
+        """Repeat the proposal (or the commit) to the members that have not
+        answered yet, five times per ``view_timeout``: by unicast when few are
+        missing, else by one multicast."""
+        coordination.repeat_at = now + self.view_timeout / REPEATS
+        p = coordination.proposal
+        if coordination.commit is None:
+            missing = [m for m in p.members if m not in coordination.replies and m != self.me]
+            body = self._proposal_body(p)
+            msg_type = MsgType.PROPOSE
+        else:
+            missing = [m for m in p.members if m not in coordination.installed and m != self.me]
+            body, msg_type = coordination.commit, MsgType.COMMIT
+        if len(missing) > UNICAST_REPEATS:
+            return [CtlSend(None, msg_type, body)]
+        return [CtlSend(m, msg_type, body) for m in missing]
 
     def _drop_silent(self, now: float) -> list[AgreementOut]:
         """Members that did not answer the flush are left out of the next attempt."""
@@ -380,7 +420,8 @@ class ViewAgreement:
         return []
 
     def next_deadline(self) -> float | None:
-        deadlines = [d for d in (self.commit_wait if self.committing is None else None,) if d is not None]
+        deadlines = [d for d in (self.commit_wait if self.committing is None else None, self._reconsider_at)
+                     if d is not None]
         if self.coordination is not None:
             deadlines += [self.coordination.deadline, self.coordination.repeat_at]
         return min(deadlines) if deadlines else None

@@ -53,11 +53,11 @@ NEVER_MS = 2**62
 @dataclass(frozen=True, slots=True)
 class FdParams:
     gossip_interval: float = 0.1
-    suspect_factor: float = 1.5
+    suspect_factor: float = 1.0
     probe_count: int = 3
     probe_interval: float = 0.2
     ask_count: int = 3
-    ask_timeout: float = 0.4
+    ask_timeout: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
