@@ -206,7 +206,7 @@ class ViewAgreement:
     def reconsider(self, now: float) -> list[AgreementOut]:
         """As coordinator, propose when the wanted membership is not the view.
         While other members are still being confirmed (suspected, not yet
-        failed), wait up to ``view_timeout`` for their verdicts: one change
+        failed), wait up to a quarter of ``view_timeout`` for their verdicts: one change
         then excludes them all, instead of one attempt each, and fewer
         optimistic messages are rolled back."""
         if self.coordinator() != self.me:
@@ -219,8 +219,8 @@ class ViewAgreement:
         if self.suspected & set(wanted) - {self.me}:
             if self._deferred_since is None:
                 self._deferred_since = now
-            if now - self._deferred_since < self.view_timeout:
-                self._reconsider_at = now + self.view_timeout / 10
+            if now - self._deferred_since < self.view_timeout / 4:
+                self._reconsider_at = now + self.view_timeout / 20
                 return []
         self._deferred_since = self._reconsider_at = None
         return self._propose(wanted, now)
