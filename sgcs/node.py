@@ -440,7 +440,7 @@ class Node:
         elif header.msg_type is MsgType.ASK:
             outputs = detector.on_ask(sender, msg, now)
         elif header.msg_type is MsgType.ASK_REPLY:
-            outputs = detector.on_ask_reply(msg, now)
+            outputs = detector.on_ask_reply(sender, msg, now)
         else:
             outputs = []  # a probe's answer: the datagram itself is the evidence
         out: list[Action] = []

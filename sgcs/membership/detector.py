@@ -28,9 +28,10 @@ three-stage survival signal).
 * **Ask.** Then ``ask_count`` of the suspect's hypercube neighbours (the
   members it gossips to, which hear from it first) are asked how long ago they
   heard from it. If any heard from it within the suspect timeout, it is
-  *busy*, not dead: its suspicion is dropped and its clock restarted. If none
-  did within ``ask_timeout``, all three stages agree and it is declared
-  failed. With no neighbour to ask (a group of two) the stage is skipped.
+  *busy*, not dead: its suspicion is dropped and its clock restarted. Once
+  every neighbour asked has said it did not (or ``ask_timeout`` passed), all
+  three stages agree and it is declared failed. With no neighbour to ask (a
+  group of two) the stage is skipped.
 
 Outputs are ``FdSend`` (a body for one member) and ``FdEvent`` (suspect,
 unsuspect, busy, failed); the node seals, addresses and routes them.
@@ -80,10 +81,12 @@ FdOut = FdSend | FdEvent
 class _Confirmation:
     """Pull and ask stages of one suspect."""
 
-    __slots__ = ("since", "stage", "probes", "due", "nonce", "refused")
+    __slots__ = ("since", "stage", "probes", "due", "nonce", "refused", "awaiting")
 
     def __init__(self, since: float, nonce: int) -> None:
         self.since = since
+        self.awaiting: set[int] = set()
+        """Neighbours asked that have not answered yet."""
         self.refused = False
         """The network refused a datagram to it: only evidence newer than that counts."""
         self.stage = "pull"
@@ -191,12 +194,18 @@ class FailureDetector:
         age = NEVER_MS if i is None else int(max(0.0, now - self.heard_at[i]) * 1000)
         return [FdSend(src, MsgType.ASK_REPLY, encode_control(Control(a=msg.a, b=age)))]
 
-    def on_ask_reply(self, msg: Control, now: float) -> list[FdOut]:
-        """A neighbour heard from the suspect within the suspect timeout: busy."""
+    def on_ask_reply(self, src: int, msg: Control, now: float) -> list[FdOut]:
+        """A neighbour heard from the suspect within the suspect timeout: busy.
+        When every neighbour asked has said it did not, all three stages
+        agree at once: failed, without waiting for ``ask_timeout``."""
         confirmation = self.suspects.get(msg.a)
-        window = now - confirmation.since if confirmation is not None and confirmation.refused else \
-            self.suspect_timeout()
-        if confirmation is None or msg.b / 1000 >= window:
+        if confirmation is None:
+            return []
+        window = now - confirmation.since if confirmation.refused else self.suspect_timeout()
+        if msg.b / 1000 >= window:
+            confirmation.awaiting.discard(src)
+            if confirmation.stage == "ask" and not confirmation.awaiting:
+                return self._declare_failed(msg.a)
             return []
         del self.suspects[msg.a]
         self.grace_from[self._index[msg.a]] = now
@@ -283,6 +292,7 @@ class FailureDetector:
             return self._declare_failed(member)
         confirmation.stage = "ask"
         confirmation.due = now + self.params.ask_timeout
+        confirmation.awaiting = set(neighbours)
         body = encode_control(Control(a=member, b=confirmation.nonce))
         return [FdSend(n, MsgType.ASK, body) for n in neighbours]
 
