@@ -449,10 +449,13 @@ class Node:
 
     def _on_view_control(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
         """BEACON, PROPOSE, FLUSH, COMMIT and INSTALLED: view agreement."""
-        msg = decode_control_untrusted(body)
-        state = self._member_group(msg.group_tag)
+        head = decode_control_untrusted(body, lists=False)
+        state = self._member_group(head.group_tag)
         if state is None:
             return []
+        if header.msg_type is MsgType.BEACON and header.sender in state.view and head.epoch == state.view.epoch:
+            return []  # our own coordinator's beacon: its member list is ours
+        msg = decode_control_untrusted(body)
         out: list[Action] = []
         self._route(out, state, state.on_control(header.msg_type, header.sender, msg, now))
         self._drain(out, state, now)

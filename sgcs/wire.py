@@ -397,12 +397,16 @@ def encode_control(msg: Control) -> bytes:
     return b"".join(parts)
 
 
-def decode_control_untrusted(body: bytes) -> Control:
+def decode_control_untrusted(body: bytes, lists: bool = True) -> Control:
+    """``lists=False`` checks and returns the fixed fields only (a cheap look
+    at a beacon before deciding whether its member list is needed)."""
     if len(body) < _CONTROL.size:
         raise DecodeError("length", "control")
     tag, epoch, attempt, a, b, count = _CONTROL.unpack_from(body)
     if count > MAX_ENTRY_LISTS or max(epoch, a, b) >= 2**63:
         raise DecodeError("body", "control fields")
+    if not lists:
+        return Control(tag, epoch, attempt, a, b)
     pos, lists = _CONTROL.size, []
     for _ in range(count):
         entries, pos = decode_acks_untrusted(body, pos)

@@ -70,14 +70,15 @@ class View:
     epoch: int
     members: tuple[int, ...]
     view_id: str = ""
+    member_set: frozenset[int] = frozenset()
 
     @classmethod
     def of(cls, epoch: int, members: "set[int] | tuple[int, ...]") -> "View":
         ordered = tuple(sorted(members))
-        return cls(epoch, ordered, view_id_of(epoch, ordered))
+        return cls(epoch, ordered, view_id_of(epoch, ordered), frozenset(ordered))
 
     def __contains__(self, member: object) -> bool:
-        return member in self.members
+        return member in self.member_set
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,7 +134,9 @@ class FailureDetector:
         ids = np.array(sorted(members | {self.me}), dtype=np.int64)
         counters = np.zeros(len(ids), dtype=np.int64)
         heard_at = np.full(len(ids), now)
-        grace_from = np.full(len(ids), now)
+        # a newcomer's heartbeat needs log2 N rounds to reach us: one timeout of grace
+        rounds = max(1, math.ceil(math.log2(max(2, len(ids)))))
+        grace_from = np.full(len(ids), now + self.params.suspect_factor * rounds * self.params.gossip_interval)
         pos = np.searchsorted(self.ids, ids)
         pos_clipped = np.minimum(pos, len(self.ids) - 1)
         kept = self.ids[pos_clipped] == ids

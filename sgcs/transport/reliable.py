@@ -415,7 +415,8 @@ class ReliableStream:
 
     def _digest(self) -> tuple[Ack, ...]:
         """Streams with records not yet stable, rotating under a size cap."""
-        senders = [s for s in self.members if self._contig_of(s) > self._stable.get(s, 0)]
+        # streams with records held here and not yet stable: only they need repair
+        senders = sorted(s for s, stored in self._store.items() if stored and s in self._index)
         cap = self.params.digest_max_entries
         if len(senders) > cap:
             start = (self._round * cap) % len(senders)
@@ -498,7 +499,7 @@ class ReliableStream:
         if self.params.gossip_enabled and now >= self._next_gossip:
             self._next_gossip = now + self.params.gossip_interval
             self._round += 1
-            entries = self._digest()
+            entries = self._digest() if self._buffered else ()
             partner = self._partner() if entries else None
             if partner is not None:
                 out.append(OutDigest(partner, entries))
