@@ -110,7 +110,7 @@ class Config:
     a member's heartbeat may stand still before it is suspected. At least 1."""
     probe_count: int = 3
     """Direct probes (pull stage) sent to a suspect before its neighbours are asked."""
-    probe_interval: float = 0.15
+    probe_interval: float = 0.3
     """Seconds between two probes; the pull stage lasts probe_count * probe_interval."""
     ask_count: int = 3
     """Neighbours asked (ask stage) whether they heard from a suspect; 0 in a group of two."""

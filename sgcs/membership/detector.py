@@ -56,7 +56,7 @@ class FdParams:
     gossip_interval: float = 0.1
     suspect_factor: float = 1.0
     probe_count: int = 3
-    probe_interval: float = 0.15
+    probe_interval: float = 0.3
     ask_count: int = 3
     ask_timeout: float = 0.5
 
