@@ -2,18 +2,24 @@
 
 Theory of operation
 -------------------
-A ``GroupStack`` holds what a node keeps per group: the view
-(``membership.static``), the reliable multicast stream
+A ``GroupStack`` holds what a node keeps per group: the view agreement
+(``membership.agreement``), the reliable multicast stream
 (``transport.reliable``), the unicast streams (``transport.unicast``) and the
 outbox of multicast records waiting to share a datagram (batching, at most
 ``flush_delay``). It turns transport outputs into ``(type, destination, flags,
 body)`` frames; the node seals and addresses them. Keeping this per-group
 plumbing here leaves ``node.py`` with the wire and the dispatch.
 
-Views and streams move together: a member added after we joined is "late", so
-its stream starts at the first record we see of it (its earlier records may be
-stable and gone everywhere); a member that announces it is joining again (a
-restart) has its streams reset the same way.
+Views and streams move together (virtual synchrony). When a change begins,
+the agreement freezes a snapshot and this stack holds back every message past
+it, and every optimistic message (flagged by its sender with the proposed
+epoch), until the commit names the cut. Then it completes each stream up to
+the cut, delivers that in the old view (ordered groups drain their order
+without waiting for promises), installs the new view, rolls back optimistic
+messages of the commit's rollback ranges, and lets the rest through in the
+new view. Members new to our view start their streams after the cut. No
+record past a snapshot becomes stable during a change, since a newcomer may
+still need it.
 """
 
 from __future__ import annotations

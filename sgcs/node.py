@@ -19,7 +19,11 @@ function it was given (the simulator's addresses are the node ids).
 
 Each group runs the reliable transport (``transport.reliable`` for multicast,
 ``transport.unicast`` for unicast), which delivers exactly once and in FIFO
-order per sender, over a view grown on contact (``membership.static``).
+order per sender, within views agreed by ``membership.agreement``. One
+failure detector (``membership.detector``) per node watches every member of
+every group; its verdicts (suspect, busy, failed) go to each group that holds
+the member. Heartbeats and probes are node-level datagrams; beacons,
+proposals, flushes, commits and install acknowledgements carry a group tag.
 Multicast records wait in a per-group outbox for ``flush_delay`` so that
 several messages share a datagram (batching); the node's transport outputs
 are framed here (``group.py``) into datagrams of at most ``max_datagram``.

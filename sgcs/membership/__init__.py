@@ -1,6 +1,7 @@
 """Membership layers (SGCS paper, section 4).
 
-Today: ``static.View``, a view that grows on first contact and shrinks on a
-graceful leave. Failure detection, view agreement and virtual synchrony arrive
-with the membership issue.
+``detector``: the per-node gossip failure detector (hypercube heartbeats,
+suspicion, pull and ask confirmation). ``agreement``: the per-group
+three-phase view agreement, with virtual synchrony and optimistic views.
+Join and merge are one operation.
 """
