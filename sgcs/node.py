@@ -83,6 +83,9 @@ MAX_PEERS = 65_536
 """Addresses remembered; past the cap new peers are not learned (their
 datagrams are still handled, replies fall back to ``resolve``)."""
 MAX_GROUPS = 1_024
+LEAVE_COPIES = 2
+"""A graceful leave is multicast this many times; if every copy is lost, the
+others find the leaver silent to their probes and exclude it as failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +201,9 @@ class Node:
         out: list[Action] = []
         self._flush(out, state)
         body = encode_leave(LeaveMsg(state.tag))
-        self._emit(out, Multicast(seal(self._key, MsgType.LEAVE, Flag.NONE, self.id, body), MsgType.LEAVE, group))
+        leave = seal(self._key, MsgType.LEAVE, Flag.NONE, self.id, body)
+        for _ in range(LEAVE_COPIES):  # no answer is awaited: copies make a loss unlikely
+            self._emit(out, Multicast(leave, MsgType.LEAVE, group))
         self._trace(out, "leave", group=group, view_id=state.view.view_id)
         del self._groups[group]
         del self._by_tag[state.tag]

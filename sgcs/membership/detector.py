@@ -189,6 +189,10 @@ class FailureDetector:
         return out
 
     def on_probe(self, src: int, msg: Control) -> list[FdOut]:
+        """Answer a member that watches us; a node that left its groups stays
+        silent, so a member that missed its leave finds it failed."""
+        if src not in self._index:
+            return []
         return [FdSend(src, MsgType.PROBE_ACK, encode_control(Control(a=msg.a)))]
 
     def on_ask(self, src: int, msg: Control, now: float) -> list[FdOut]:

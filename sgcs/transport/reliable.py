@@ -207,6 +207,8 @@ class ReliableStream:
         for member, start in (starts or {}).items():
             if member in self._index:
                 self._start_at(member, start)
+        newcomers = set(starts or ()) | set(late)
+        self._veteran_rows = np.array([i for m, i in self._index.items() if m not in newcomers], dtype=np.int64)
         self._collect_garbage()
 
     def _start_at(self, sender: int, start: int) -> None:
@@ -484,7 +486,10 @@ class ReliableStream:
                 high = min(high, self._contig_of(sender))
                 if self.stability_cap is not None:
                     high = min(high, self.stability_cap.get(sender, 0))
-                np.maximum(self._acked[:, j], high, out=self._acked[:, j])
+                # the announcer may have counted only the members of an older
+                # view: members new to ours must ACK for themselves
+                rows = self._veteran_rows
+                self._acked[rows, j] = np.maximum(self._acked[rows, j], high)
                 self._gc_due = True
 
     # ------------------------------------------------------------------ timers
