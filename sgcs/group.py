@@ -359,8 +359,11 @@ class GroupStack:
         return passed
 
     def _pending_optimistic(self, message: Message) -> bool:
-        """Sent under the optimistic view of a change not yet installed here."""
-        return message.optimistic and message.epoch_tag != self.view.epoch % 64
+        """Sent under the optimistic view of a change not yet installed here:
+        its proposed epoch is ahead of ours (modulo 64). A proposal of an epoch
+        we have reached was superseded by the one we installed; its messages
+        belong to that change (delivered, or rolled back by its commit)."""
+        return message.optimistic and 0 < (message.epoch_tag - self.view.epoch) % 64 < 32
 
     def _order(self, messages: list[Message]) -> list[Message]:
         if self.ordering is None:

@@ -321,6 +321,13 @@ class Node:
         state = self._group(group)
         return state.view.view_id, state.view.members
 
+    def waiting_messages(self, group: str) -> dict[str, list[tuple[int, int]]]:
+        """(sender, seq) of messages received and not yet delivered, by reason:
+        held for a view change, or waiting for their order. For diagnosis."""
+        state = self._group(group)
+        ordered = [] if state.ordering is None else state.ordering.waiting_ids()
+        return {"view_change": [(m.sender, m.seq) for m in state.held], "order": ordered}
+
     def changing_view(self, group: str) -> bool:
         """A view change of ``group`` is under way here: sends are optimistic."""
         return self._group(group).limits is not None

@@ -346,7 +346,8 @@ class AdversarialNetwork(RuleBasedStateMachine):
             self.now += 0.05
             self.advance(0.0)
         views = {i: n.view("g") for i, n in self.nodes.items()}
-        raise AssertionError(f"no convergence after healing: views {views}")
+        stuck = {i: n.waiting_messages("g") for i, n in self.nodes.items()}
+        raise AssertionError(f"no convergence after healing: views {views}; held back: {stuck}")
 
 
 AdversarialNetwork.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -336,6 +336,10 @@ class OrderingLayer:
         discarded = [m for sender in sorted(self._streams) for m in self._streams[sender].queue]
         return delivered, discarded
 
+    def waiting_ids(self) -> list[tuple[int, int]]:
+        """(sender, first record) of every message held back, by sender."""
+        return [(s, m.first) for s in sorted(self._streams) for m in self._streams[s].queue]
+
     def waiting(self) -> bool:
         """Messages are held back: idle members should send their promises."""
         return any(s.queue for s in self._streams.values())
