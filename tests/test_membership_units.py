@@ -1,0 +1,619 @@
+"""Unit tests of the pure membership pieces: the gossip failure detector
+(hypercube targets, counter merge, suspicion, pull, ask) and the three-phase
+view agreement, driven by hand message by message."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from sgcs.membership.agreement import REPEATS, Commit, CtlSend, Freeze, View, ViewAgreement
+from sgcs.membership.detector import FailureDetector, FdEvent, FdParams, FdSend
+from sgcs.wire import Control, MsgType, decode_control_untrusted, decode_heartbeat_untrusted
+
+GOSSIP = 0.1
+PARAMS = FdParams(gossip_interval=GOSSIP, suspect_factor=1.5, probe_count=3, probe_interval=0.2, ask_count=3,
+                  ask_timeout=0.4)
+
+
+# ---------------------------------------------------------------------- detector helpers
+
+
+def detector(me: int, members: range | set[int], params: FdParams = PARAMS, now: float = 0.0) -> FailureDetector:
+    d = FailureDetector(me, params, random.Random(me), now)
+    d.set_members(set(members), now)
+    return d
+
+
+def sends(outputs: list, msg_type: MsgType) -> list[FdSend]:
+    return [o for o in outputs if isinstance(o, FdSend) and o.msg_type is msg_type]
+
+
+def events(outputs: list) -> list[tuple[str, int]]:
+    return [(o.kind, o.member) for o in outputs if isinstance(o, FdEvent)]
+
+
+def run_until(d: FailureDetector, end: float, on_output=None) -> list[tuple[float, object]]:
+    """Fire every detector deadline up to ``end``; returns (time, output) pairs."""
+    seen: list[tuple[float, object]] = []
+    while (deadline := d.next_deadline()) is not None and deadline <= end:
+        for output in d.on_timeout(deadline):
+            seen.append((deadline, output))
+            if on_output is not None:
+                on_output(deadline, output)
+    return seen
+
+
+def counters_sent(d: FailureDetector, now: float) -> dict[int, int]:
+    """The table our next heartbeat carries (member -> counter mod 2**16)."""
+    d._last_multicast = -math.inf  # a heartbeat goes out this round
+    d._next_round = now
+    (heartbeat,) = sends(d.on_timeout(now), MsgType.HEARTBEAT)
+    members, counters = decode_heartbeat_untrusted(heartbeat.body)
+    return dict(zip(members.tolist(), counters.tolist()))
+
+
+def heartbeat(d: FailureDetector, src: int, table: dict[int, int], now: float) -> list:
+    members = np.array(sorted(table), dtype=np.int64)
+    counters = np.array([table[m] for m in sorted(table)], dtype=np.int64)
+    return d.on_heartbeat(src, members, counters, now)
+
+
+def keep_others_alive(d: FailureDetector, member: int | None, now: float) -> None:
+    """Every member but ``member`` is heard from (it alone goes silent)."""
+    for other in d.ids.tolist():
+        if other not in (d.me, member):
+            d.heard(other, now)
+
+
+def suspect_now(d: FailureDetector, member: int) -> tuple[float, list]:
+    """Run the clock until ``member`` (the only silent member) is suspected;
+    returns when, and the outputs of that step (the pull stage's first probe
+    goes out at once)."""
+    while (deadline := d.next_deadline()) is not None and deadline <= 100.0:
+        keep_others_alive(d, member, deadline)
+        out = d.on_timeout(deadline)
+        if ("suspect", member) in events(out):
+            return deadline, out
+    raise AssertionError(f"{member} never suspected")
+
+
+# ---------------------------------------------------------------------- hypercube targets
+
+
+@pytest.mark.parametrize("me", range(8))
+def test_hypercube_targets_cross_one_dimension_per_round(me: int) -> None:
+    d = detector(me, range(8))
+    targets = [s.dst for _, s in run_until(d, 0.41) if isinstance(s, FdSend) and s.msg_type is MsgType.HEARTBEAT]
+    assert targets[:3] == [(me + 1) % 8, (me + 2) % 8, (me + 4) % 8]
+    assert targets[3] == (me + 1) % 8, "round 4 starts the cycle again"
+
+
+def test_hypercube_targets_index_the_sorted_member_list() -> None:
+    ids = [3, 10, 11, 20, 42, 57, 58, 99]
+    d = detector(20, set(ids))
+    targets = [s.dst for _, s in run_until(d, 0.41) if isinstance(s, FdSend)]
+    assert targets[:3] == [ids[4], ids[5], ids[7]]  # index 3 + 1, + 2, + 4
+
+
+def test_no_separate_heartbeat_in_a_round_after_an_application_multicast() -> None:
+    d = detector(0, range(4))
+    first = d.next_deadline()
+    d.note_multicast(first - 0.01)
+    assert not sends(d.on_timeout(first), MsgType.HEARTBEAT)
+    assert d.statistics().heartbeats_skipped == 1
+    assert sends(d.on_timeout(d.next_deadline()), MsgType.HEARTBEAT)
+
+
+# ---------------------------------------------------------------------- counter merge
+
+
+def test_merge_is_element_wise_maximum() -> None:
+    d = detector(0, range(4))
+    heartbeat(d, 1, {1: 5, 2: 9, 3: 2}, 0.01)
+    heartbeat(d, 2, {1: 3, 2: 12, 3: 1}, 0.02)  # 1 and 3 are older than ours, 2 is newer
+    table = counters_sent(d, 0.05)
+    assert {m: table[m] for m in (1, 2, 3)} == {1: 5, 2: 12, 3: 2}
+
+
+def test_merge_ignores_unknown_members_and_our_own_entry() -> None:
+    d = detector(0, range(3))
+    before = counters_sent(d, 0.0)[0]
+    heartbeat(d, 1, {0: 500, 1: 4, 77: 9}, 0.01)
+    table = counters_sent(d, 0.1)
+    assert 77 not in table
+    assert table[0] == before + 1, "only our own rounds raise our counter"
+    assert table[1] == 4
+
+
+def test_counter_merge_wraps_around_modulo_2_16() -> None:
+    d = detector(0, range(3))
+    heartbeat(d, 1, {1: 0x7FFF}, 0.01)
+    heartbeat(d, 1, {1: 0xFFFE}, 0.02)
+    heartbeat(d, 1, {1: 0x0001}, 0.03)  # three steps past 0xFFFE: newer despite the smaller number
+    assert counters_sent(d, 0.04)[1] == 0x0001
+    assert int(d.counters[d._index[1]]) == 0x10001, "locally the counter keeps growing"
+    heartbeat(d, 2, {1: 0xFFFF}, 0.05)  # older than 0x10001 by two: ignored
+    assert counters_sent(d, 0.06)[1] == 0x0001
+    heartbeat(d, 2, {1: 0x0001 + 0x8000}, 0.07)  # half the ring ahead counts as older: ignored
+    assert counters_sent(d, 0.08)[1] == 0x0001
+
+
+def test_a_raised_counter_is_evidence_a_stale_one_is_not() -> None:
+    d = detector(0, range(3))
+    heartbeat(d, 1, {2: 7}, 1.0)
+    assert d.heard_at[d._index[2]] == 1.0
+    heartbeat(d, 1, {2: 7}, 2.0)
+    assert d.heard_at[d._index[2]] == 1.0, "an unchanged counter says nothing new about member 2"
+
+
+# ---------------------------------------------------------------------- suspicion
+
+
+@pytest.mark.parametrize("factor", [1.0, 1.5, 3.0])
+@pytest.mark.parametrize(("n", "rounds"), [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (8, 3), (9, 4), (1000, 10)])
+def test_suspect_timeout_formula(n: int, rounds: int, factor: float) -> None:
+    params = FdParams(gossip_interval=0.05, suspect_factor=factor)
+    d = detector(0, range(n), params)
+    assert d.suspect_timeout() == pytest.approx(factor * rounds * 0.05)
+    assert rounds == max(1, math.ceil(math.log2(max(2, n))))
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_suspicion_only_after_suspect_timeout(n: int) -> None:
+    d = detector(0, range(n))
+    timeout = d.suspect_timeout()
+    while d.next_deadline() <= 1.0:  # everyone alive until 1.0, past the newcomers' grace
+        deadline = d.next_deadline()
+        keep_others_alive(d, None, deadline)
+        assert not events(d.on_timeout(deadline))
+    keep_others_alive(d, None, 1.0)  # the last evidence of member 1
+    t, _ = suspect_now(d, 1)
+    assert 1.0 + timeout < t <= 1.0 + timeout + GOSSIP + 1e-9, "suspected at the first round past the timeout"
+    assert 1 in d.suspects
+
+
+def test_newcomers_get_one_suspect_timeout_of_grace() -> None:
+    d = detector(0, {0, 1}, now=0.0)
+    run_until(d, 5.0)  # 1 was failed long ago: the detector watches 0 and 2 from now on
+    d.set_members({2}, 5.0)
+    timeout = d.suspect_timeout()
+    t, _ = suspect_now(d, 2)
+    assert 5.0 + 2 * timeout < t <= 5.0 + 2 * timeout + GOSSIP + 1e-9, "its heartbeat needs log2 N rounds to arrive"
+
+
+def test_a_member_kept_alive_by_heartbeats_is_never_suspected() -> None:
+    d = detector(0, range(3))
+    suspected: set[int] = set()
+    t = 0.0
+    while t < 3.0:
+        t = round(t + 0.05, 10)
+        heartbeat(d, 1, {1: int(t * 100)}, t)  # member 1 keeps raising its counter
+        for _, output in run_until(d, t):
+            if isinstance(output, FdEvent) and output.kind == "suspect":
+                suspected.add(output.member)
+    assert suspected == {2}
+
+
+@pytest.mark.parametrize("evidence", ["heard", "probe_ack", "heartbeat_via_other"])
+def test_any_evidence_cancels_suspicion(evidence: str) -> None:
+    d = detector(0, range(4))
+    t, out = suspect_now(d, 2)
+    (probe,) = sends(out, MsgType.PROBE)  # the pull stage starts at once
+    assert probe.dst == 2
+    if evidence == "heard":  # any authenticated datagram from the suspect
+        out = d.heard(2, t + 0.05)
+    elif evidence == "probe_ack":  # the answer is a datagram from it: the node calls heard()
+        out = d.heard(2, t + 0.05)
+        assert d.on_probe(0, decode_control_untrusted(probe.body)) == [
+            FdSend(0, MsgType.PROBE_ACK, probe.body)], "a probe is answered with its nonce"
+    else:  # a neighbour's heartbeat carrying a raised counter of the suspect
+        out = heartbeat(d, 3, {2: 50}, t + 0.05)
+    assert ("unsuspect", 2) in events(out)
+    assert 2 not in d.suspects
+    assert d.statistics().refuted >= 1
+    quiet_until = t + 0.05 + d.suspect_timeout() - 0.01  # before 2 could be suspected afresh
+    later = [o for _, o in run_until(d, quiet_until) if isinstance(o, FdSend) and o.msg_type is MsgType.PROBE
+             and o.dst == 2]
+    assert not later, "no more probes after the suspicion ended"
+
+
+# ---------------------------------------------------------------------- pull and ask stages
+
+
+def to_ask_stage(d: FailureDetector, member: int) -> tuple[float, list[FdSend], float]:
+    """Suspect ``member`` and let the pull stage run out; returns (suspect time,
+    the ASKs, when the ask stage began)."""
+    t, out = suspect_now(d, member)
+    probes = len([o for o in sends(out, MsgType.PROBE) if o.dst == member])
+    while True:
+        deadline = d.next_deadline()
+        keep_others_alive(d, member, deadline)
+        out = d.on_timeout(deadline)
+        probes += len([o for o in sends(out, MsgType.PROBE) if o.dst == member])
+        asks = sends(out, MsgType.ASK)
+        if asks:
+            assert probes == PARAMS.probe_count
+            return t, asks, deadline
+        assert member in d.suspects
+
+
+def test_pull_sends_probe_count_probes_probe_interval_apart() -> None:
+    d = detector(0, range(8))
+    t, out = suspect_now(d, 5)
+    probe_times = [t for o in sends(out, MsgType.PROBE) if o.dst == 5]
+    while len(probe_times) < PARAMS.probe_count:
+        deadline = d.next_deadline()
+        keep_others_alive(d, 5, deadline)
+        probe_times += [deadline for o in sends(d.on_timeout(deadline), MsgType.PROBE) if o.dst == 5]
+    assert probe_times[0] == pytest.approx(t)
+    assert np.diff(probe_times) == pytest.approx([PARAMS.probe_interval] * (PARAMS.probe_count - 1))
+
+
+def test_ask_stage_asks_the_suspects_hypercube_neighbours() -> None:
+    d = detector(0, range(8), FdParams(gossip_interval=GOSSIP, suspect_factor=50.0))
+    out = d.on_unreachable(5, 1.0)  # only 5 is suspected: every neighbour qualifies
+    asks = sends(out, MsgType.ASK)
+    assert sorted(a.dst for a in asks) == [1, 6, 7]  # 5 + 1, 5 + 2, 5 + 4 (mod 8)
+    body = decode_control_untrusted(asks[0].body)
+    assert body.a == 5 and body.b == d.suspects[5].nonce
+
+
+def test_ask_skips_ourselves_and_other_suspects() -> None:
+    d = detector(4, range(8), FdParams(gossip_interval=GOSSIP, suspect_factor=50.0))
+    d.on_unreachable(6, 1.0)  # 6 is a suspect in the ask stage
+    asks = sends(d.on_unreachable(3, 1.0), MsgType.ASK)  # 3's neighbours: 4 (us), 5, 7
+    assert sorted(a.dst for a in asks) == [5, 7]
+
+
+def test_neighbour_that_heard_recently_makes_the_suspect_busy() -> None:
+    d = detector(0, range(8))
+    _, asks, began = to_ask_stage(d, 5)
+    assert asks
+    out = d.on_ask_reply(asks[0].dst, Control(a=5, b=int(d.suspect_timeout() * 1000) - 50), began + 0.1)
+    assert events(out) == [("busy", 5)]
+    assert 5 not in d.suspects and 5 not in d.failed
+    assert d.statistics().busy == 1
+    # busy restarts the suspicion clock: no new suspicion within a suspect timeout
+    assert not [o for _, o in run_until(d, began + 0.1 + d.suspect_timeout() - 0.01)
+                if isinstance(o, FdEvent) and o.member == 5]
+
+
+def test_neighbour_that_heard_long_ago_does_not_save_the_suspect() -> None:
+    d = detector(0, range(8))
+    _, asks, began = to_ask_stage(d, 5)
+    assert len(asks) == 3
+    stale = Control(a=5, b=int(d.suspect_timeout() * 1000) + 1)
+    assert d.on_ask_reply(asks[0].dst, stale, began + 0.1) == []
+    assert d.on_ask_reply(asks[1].dst, Control(a=2, b=0), began + 0.1) == [], "a reply about a non-suspect is ignored"
+    assert 5 in d.suspects, "one neighbour of three answered"
+
+
+def test_failed_at_once_when_every_neighbour_asked_has_not_heard() -> None:
+    d = detector(0, range(8))
+    _, asks, began = to_ask_stage(d, 5)
+    stale = Control(a=5, b=int(d.suspect_timeout() * 1000) + 1)
+    for ask in asks[:-1]:
+        assert d.on_ask_reply(ask.dst, stale, began + 0.1) == []
+    assert d.on_ask_reply(asks[0].dst, stale, began + 0.1) == [], "a repeated answer is not a new one"
+    assert events(d.on_ask_reply(asks[-1].dst, stale, began + 0.1)) == [("failed", 5)], "no wait for ask_timeout"
+
+
+def test_no_replies_mean_failed_after_ask_timeout() -> None:
+    d = detector(0, range(8))
+    _, _, began = to_ask_stage(d, 5)
+    assert not [o for o in d.on_timeout(began + PARAMS.ask_timeout - 0.01) if isinstance(o, FdEvent)]
+    assert events(d.on_timeout(began + PARAMS.ask_timeout)) == [("failed", 5)]
+    assert 5 in d.failed and 5 not in d.suspects
+    assert d.statistics().failures == 1
+
+
+def test_group_of_two_skips_the_ask_stage() -> None:
+    d = detector(0, {0, 1})
+    t, _ = suspect_now(d, 1)
+    seen = run_until(d, t + 5.0)
+    assert not [o for _, o in seen if isinstance(o, FdSend) and o.msg_type is MsgType.ASK]
+    failed = [when for when, o in seen if isinstance(o, FdEvent) and o.kind == "failed"]
+    assert failed == [pytest.approx(t + PARAMS.probe_count * PARAMS.probe_interval)]
+
+
+def test_on_ask_reports_the_age_of_our_last_evidence() -> None:
+    d = detector(0, range(4))
+    d.heard(2, 1.0)
+    (reply,) = d.on_ask(3, Control(a=2, b=77), 1.25)
+    assert reply.dst == 3 and reply.msg_type is MsgType.ASK_REPLY
+    assert decode_control_untrusted(reply.body).b == 250
+    (unknown,) = d.on_ask(3, Control(a=99), 1.25)
+    assert decode_control_untrusted(unknown.body).b == 2**62
+
+
+def test_unreachable_goes_straight_to_the_ask_stage() -> None:
+    d = detector(0, range(8))
+    out = d.on_unreachable(5, 0.05)
+    assert ("suspect", 5) in events(out)
+    assert not sends(out, MsgType.PROBE), "the refusal answered the pull stage"
+    assert sends(out, MsgType.ASK)
+    assert d.suspects[5].stage == "ask"
+    assert events(d.on_timeout(0.05 + PARAMS.ask_timeout)) == [("failed", 5)]
+
+
+def test_unreachable_needs_evidence_newer_than_the_refusal() -> None:
+    d = detector(0, range(8))
+    refused_at = 1.0
+    d.on_unreachable(5, refused_at)
+    # heard 0.2 s ago, i.e. 0.1 s BEFORE the refusal: well within the suspect
+    # timeout (0.45 s), but the host has since said nobody listens there
+    assert d.on_ask_reply(6, Control(a=5, b=200), refused_at + 0.1) == []
+    assert 5 in d.suspects
+    # heard 0.05 s ago, after the refusal: a new incarnation answers there
+    assert events(d.on_ask_reply(7, Control(a=5, b=50), refused_at + 0.1)) == [("busy", 5)]
+
+
+def test_unreachable_ignores_ourselves_strangers_and_the_failed() -> None:
+    d = detector(0, {0, 1})
+    assert d.on_unreachable(0, 1.0) == []
+    assert d.on_unreachable(42, 1.0) == []
+    assert events(d.on_unreachable(1, 1.0)) == [("suspect", 1), ("failed", 1)]  # no neighbour to ask
+    assert d.on_unreachable(1, 2.0) == []
+
+
+def test_set_members_keeps_state_of_stayers_and_forgets_leavers() -> None:
+    d = detector(0, range(4))
+    heartbeat(d, 1, {1: 9}, 0.5)
+    d.on_unreachable(3, 0.6)
+    d.set_members({1, 2}, 0.7)
+    assert 3 not in d.suspects
+    assert counters_sent(d, 0.8)[1] == 9
+
+
+# ---------------------------------------------------------------------- view agreement
+
+TAG = 7
+TIMEOUT = 1.0
+
+
+def agreements(members: set[int], now: float = 0.0) -> dict[int, ViewAgreement]:
+    return {m: ViewAgreement(m, members, TIMEOUT, now, TAG, epoch=1) for m in members}
+
+
+def ctl(outputs: list, msg_type: MsgType) -> list[CtlSend]:
+    return [o for o in outputs if isinstance(o, CtlSend) and o.msg_type is msg_type]
+
+
+def only(outputs: list, kind: type) -> list:
+    return [o for o in outputs if isinstance(o, kind)]
+
+
+def body(send: CtlSend) -> Control:
+    return decode_control_untrusted(send.body)
+
+
+def members_of(msg: Control, index: int = 0) -> tuple[int, ...]:
+    return tuple(m for m, _ in msg.lists[index])
+
+
+def test_three_phases_propose_flush_commit_installed() -> None:
+    va = agreements({1, 2, 3})
+    assert all(a.coordinator() == 1 for a in va.values())
+
+    # initiate: the coordinator learns 3 failed and proposes the rest
+    (propose,) = ctl(va[1].member_failed(3, 1.0), MsgType.PROPOSE)
+    assert propose.dst is None, "PROPOSE is multicast"
+    msg = body(propose)
+    assert (msg.group_tag, msg.epoch, msg.attempt, msg.a) == (TAG, 2, 1, 1)
+    assert members_of(msg) == (1, 2)
+
+    # agree: each member freezes a snapshot and answers FLUSH to the coordinator
+    snapshots = {1: (5, {1: 5, 2: 4, 3: 6}), 2: (7, {1: 3, 2: 7, 3: 9})}
+    flushes = {}
+    for m in (1, 2):
+        out = va[m].on_propose(1, msg, snapshots[m], 1.1)
+        (freeze,) = only(out, Freeze)
+        assert freeze.limits == snapshots[m][1]
+        assert freeze.optimistic == View.of(2, (1, 2))
+        (flushes[m],) = ctl(out, MsgType.FLUSH)
+        assert flushes[m].dst == 1
+        f = body(flushes[m])
+        assert (f.epoch, f.attempt, f.a, f.b) == (2, 1, snapshots[m][0], 0)
+        assert dict(f.lists[0]) == snapshots[m][1]
+        assert va[m].changing and va[m].optimistic_view() == View.of(2, (1, 2))
+    again = va[1].on_propose(1, msg, (99, {1: 99}), 1.15)  # a repeated PROPOSE
+    assert not only(again, Freeze) and ctl(again, MsgType.FLUSH) == [flushes[1]], "same frozen snapshot"
+
+    # the commit carries the members, the cut (max of snapshots) and no rollback
+    assert va[1].on_flush(1, body(flushes[1]), 1.2) == []
+    (commit_send,) = ctl(va[1].on_flush(2, body(flushes[2]), 1.2), MsgType.COMMIT)
+    c = body(commit_send)
+    assert commit_send.dst is None and (c.epoch, c.attempt, c.a) == (2, 1, 1)
+    assert members_of(c) == (1, 2)
+    assert dict(c.lists[1]) == {1: 5, 2: 7, 3: 9}
+    assert dict(c.lists[2]) == {}
+
+    # install: members apply the commit and answer INSTALLED to the coordinator
+    for m in (2, 1):
+        (commit,) = va[m].on_commit(1, c)
+        assert commit == Commit(View.of(2, (1, 2)), {1: 5, 2: 7, 3: 9}, {}, 1, 1)
+        replies = va[m].installed(commit)
+        assert va[m].view == View.of(2, (1, 2)) and not va[m].changing
+        if m == 2:
+            (installed,) = ctl(replies, MsgType.INSTALLED)
+            assert installed.dst == 1 and (body(installed).epoch, body(installed).attempt) == (2, 1)
+            va[1].on_installed(2, body(installed))
+        else:
+            assert replies == [], "the coordinator does not answer itself"
+    assert va[1].coordination is None and va[1].next_deadline() is None
+
+
+def test_cut_takes_each_senders_own_frozen_seq_into_account() -> None:
+    va = agreements({1, 2})
+    msg = body(ctl(va[1].merge_with({3: 1}, 3, 0.0), MsgType.PROPOSE)[0])
+    assert members_of(msg) == (1, 2, 3)
+    replies = {1: (4, {1: 2, 2: 1}), 2: (6, {1: 4}), 3: (0, {})}
+    commit = []
+    for m, (own, vector) in replies.items():
+        f = Control(TAG, msg.epoch, msg.attempt, own, 0, (tuple(sorted(vector.items())),))
+        commit = va[1].on_flush(m, f, 0.1)
+    cut = dict(body(ctl(commit, MsgType.COMMIT)[0]).lists[1])
+    assert cut == {1: 4, 2: 6, 3: 0}, "a member's own frozen seq counts even if nobody else holds it yet"
+
+
+def test_rollback_bound_when_a_member_switched_to_a_smaller_proposal() -> None:
+    va = agreements({1, 2, 3, 4})
+    (p1,) = ctl(va[1].member_failed(4, 0.0), MsgType.PROPOSE)
+    first = body(p1)
+    assert members_of(first) == (1, 2, 3)
+    va[1].on_propose(1, first, (3, {1: 3}), 0.0)  # the coordinator's own multicast loops back
+    out = va[2].on_propose(1, first, (7, {2: 7}), 0.05)
+    assert body(ctl(out, MsgType.FLUSH)[0]).b == 0
+    # member 2 keeps sending optimistically under (1, 2, 3) up to seq 9; 3 never answers
+    va[1].on_flush(1, Control(TAG, 2, 1, 3, 0, (((1, 3),),)), 0.05)
+    va[1].on_flush(2, body(ctl(out, MsgType.FLUSH)[0]), 0.05)
+    (p2,) = ctl(va[1].on_timeout(TIMEOUT), MsgType.PROPOSE)
+    second = body(p2)
+    assert members_of(second) == (1, 2) and second.attempt == 2
+    out = va[2].on_propose(1, second, (9, {2: 9}), 1.1)
+    assert not only(out, Freeze), "the snapshot stays frozen across attempts"
+    f2 = body(ctl(out, MsgType.FLUSH)[0])
+    assert (f2.a, f2.b) == (7, 9), "frozen own seq 7; 8..9 were sent under a view with 3 in it"
+    va[1].on_propose(1, second, (3, {1: 3}), 1.0)
+    va[1].on_flush(1, Control(TAG, 2, 2, 3, 0, (((1, 3),),)), 1.1)
+    c = body(ctl(va[1].on_flush(2, f2, 1.1), MsgType.COMMIT)[0])
+    assert dict(c.lists[1]) == {1: 3, 2: 7}
+    assert dict(c.lists[2]) == {2: 9}, "rollback bound of member 2"
+
+
+def test_no_rollback_when_the_switch_is_to_a_larger_proposal() -> None:
+    va = agreements({1, 2, 3})
+    small = Control(TAG, 2, 1, 0, 0, (((1, 0), (2, 0)),))
+    large = Control(TAG, 2, 2, 0, 0, (((1, 0), (2, 0), (3, 0)),))
+    va[2].on_propose(1, small, (4, {}), 0.0)
+    f = body(ctl(va[2].on_propose(1, large, (8, {}), 0.1), MsgType.FLUSH)[0])
+    assert (f.a, f.b) == (4, 0), "messages sent under (1, 2) stay valid in (1, 2, 3)"
+
+
+def test_lower_proposals_and_foreign_proposals_are_ignored() -> None:
+    va = agreements({1, 2, 3})
+    high = Control(TAG, 3, 1, 0, 0, (((1, 0), (2, 0), (3, 0)),))
+    low = Control(TAG, 2, 5, 0, 0, (((1, 0), (2, 0), (3, 0)),))
+    without_me = Control(TAG, 4, 1, 0, 0, (((1, 0), (3, 0)),))
+    old_epoch = Control(TAG, 1, 9, 0, 0, (((1, 0), (2, 0)),))
+    assert va[2].on_propose(1, high, (0, {}), 0.0)
+    assert va[2].on_propose(1, low, (0, {}), 0.0) == []
+    assert va[2].on_propose(1, without_me, (0, {}), 0.0) == []
+    assert va[2].on_propose(1, old_epoch, (0, {}), 0.0) == []
+
+
+def test_member_left_out_of_the_commit_installs_a_singleton() -> None:
+    va = agreements({1, 2, 3})
+    msg = body(ctl(va[1].member_failed(3, 0.0), MsgType.PROPOSE)[0])
+    commit = Control(TAG, msg.epoch, msg.attempt, 1, 0, (((1, 0), (2, 0)), ((1, 1), (2, 1)), ()))
+    (left_out,) = va[3].on_commit(1, commit)
+    assert left_out == Commit(View.of(2, {3}), {}, {}, 1, 1)
+    assert va[3].installed(left_out) == [], "a singleton answers nobody"
+    assert va[3].view.members == (3,) and va[3].coordinator() == 3
+    stranger = ViewAgreement(8, {8, 9}, TIMEOUT, 0.0, TAG)
+    assert stranger.on_commit(1, commit) == [], "a commit of another component is none of our business"
+
+
+def test_silent_member_dropped_after_view_timeout_with_next_attempt() -> None:
+    va = agreements({1, 2, 3, 4})
+    msg = body(ctl(va[1].member_failed(4, 0.0), MsgType.PROPOSE)[0])
+    va[1].on_propose(1, msg, (0, {}), 0.0)
+    va[1].on_flush(1, Control(TAG, 2, 1, 0, 0, ((),)), 0.0)
+    va[1].on_flush(2, Control(TAG, 2, 1, 0, 0, ((),)), 0.1)  # 3 stays silent
+    assert va[1].next_deadline() == pytest.approx(TIMEOUT / REPEATS)
+    (repeat,) = ctl(va[1].on_timeout(TIMEOUT / REPEATS), MsgType.PROPOSE)
+    assert repeat.dst == 3, "repeated by unicast to the member that has not answered"
+    assert body(repeat) == msg, "the proposal is repeated unchanged before the timeout"
+    assert 3 not in va[1].failed
+    (retry,) = ctl(va[1].on_timeout(TIMEOUT), MsgType.PROPOSE)
+    r = body(retry)
+    assert members_of(r) == (1, 2)
+    assert (r.epoch, r.attempt) == (msg.epoch, msg.attempt + 1)
+    assert 3 in va[1].failed
+
+
+def test_commit_repeated_until_timeout_then_abandoned() -> None:
+    va = agreements({1, 2})
+    msg = body(ctl(va[1].merge_with({3: 1}, 3, 0.0), MsgType.PROPOSE)[0])
+    for m in (1, 2, 3):
+        va[1].on_flush(m, Control(TAG, msg.epoch, msg.attempt, 0, 0, ((),)), 0.1)
+    assert va[1].coordination.commit is not None
+    va[1].on_installed(2, Control(TAG, msg.epoch, msg.attempt))
+    (again,) = ctl(va[1].on_timeout(0.1 + TIMEOUT / REPEATS), MsgType.COMMIT)
+    assert again.dst == 3 and again.body == va[1].coordination.commit, "to the member that has not installed"
+    va[1].on_timeout(0.1 + TIMEOUT)
+    assert va[1].coordination is None, "abandoned after view_timeout"
+
+
+def test_commit_done_when_every_member_installed() -> None:
+    va = agreements({1, 2})
+    msg = body(ctl(va[1].merge_with({3: 1}, 3, 0.0), MsgType.PROPOSE)[0])
+    for m in (1, 2, 3):
+        va[1].on_flush(m, Control(TAG, msg.epoch, msg.attempt, 0, 0, ((),)), 0.1)
+    for m in (2, 3):
+        va[1].on_installed(m, Control(TAG, msg.epoch, msg.attempt))
+    assert va[1].coordination is None and va[1].next_deadline() is None
+
+
+def test_merge_proposal_must_take_our_whole_component() -> None:
+    va = agreements({4, 5})
+    partial = Control(TAG, 3, 1, 0, 0, (((1, 0), (4, 0)),))  # from 1, outside our view, without 5
+    assert va[4].on_propose(1, partial, (0, {}), 0.0) == []
+    whole = Control(TAG, 3, 1, 0, 0, (((1, 0), (4, 0), (5, 0)),))
+    assert ctl(va[4].on_propose(1, whole, (0, {}), 0.0), MsgType.FLUSH)
+
+
+def test_member_waiting_for_a_commit_takes_over_from_a_dead_coordinator() -> None:
+    va = agreements({1, 2, 3})
+    proposal = Control(TAG, 2, 1, 0, 0, (((1, 0), (2, 0), (3, 0)),))
+    va[2].on_propose(1, proposal, (0, {}), 0.0)
+    va[3].on_propose(1, proposal, (0, {}), 0.0)
+    assert va[2].next_deadline() == pytest.approx(2 * TIMEOUT)
+    (takeover,) = ctl(va[2].on_timeout(2 * TIMEOUT), MsgType.PROPOSE)
+    t = body(takeover)
+    assert members_of(t) == (2, 3) and (t.epoch, t.attempt) == (2, 2)
+    assert ctl(va[3].on_timeout(2 * TIMEOUT), MsgType.PROPOSE) == [], "only the lowest other member takes over"
+
+
+def test_beacon_lists_the_view() -> None:
+    va = agreements({1, 2})
+    b = body(va[1].beacon(incarnation=3, order_code=2))
+    assert (b.group_tag, b.epoch, b.a, b.b) == (TAG, 1, 3, 2)
+    assert members_of(b) == (1, 2)
+
+
+def test_merge_only_by_the_lower_coordinator() -> None:
+    va = agreements({4, 5})
+    assert va[4].merge_with({2: 3, 3: 3}, 2, 0.0) == [], "the other coordinator is lower: it proposes"
+    assert va[5].merge_with({7: 1}, 7, 0.0) == [], "not the coordinator of our view"
+    (p,) = ctl(va[4].merge_with({7: 3, 8: 3}, 7, 0.0), MsgType.PROPOSE)
+    msg = body(p)
+    assert members_of(msg) == (4, 5, 7, 8)
+    assert msg.epoch == 4, "above both components' epochs"
+
+
+def test_coordinator_waits_briefly_for_other_verdicts_before_proposing() -> None:
+    va = agreements({1, 2, 3})
+    va[1].suspected.add(3)  # the detector is still confirming 3
+    assert va[1].member_failed(2, 0.0) == [], "one change should exclude both"
+    assert va[1].next_deadline() == pytest.approx(TIMEOUT / 20)
+    va[1].suspected.discard(3)
+    va[1].failed.add(3)  # 3's verdict: failed
+    (p,) = ctl(va[1].on_timeout(TIMEOUT / 20), MsgType.PROPOSE)
+    assert members_of(body(p)) == (1,)
+
+
+def test_coordinator_stops_waiting_for_verdicts_after_a_quarter_view_timeout() -> None:
+    va = agreements({1, 2, 3})
+    va[1].suspected.add(3)
+    assert va[1].member_failed(2, 0.0) == []
+    t, proposals = 0.0, []
+    while not proposals:
+        t = va[1].next_deadline()
+        proposals = ctl(va[1].on_timeout(t), MsgType.PROPOSE)
+    assert t == pytest.approx(TIMEOUT / 4)
+    assert members_of(body(proposals[0])) == (1, 3), "3 is still only suspected: it stays"
