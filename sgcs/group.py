@@ -96,6 +96,7 @@ class GroupStack:
         """During a view change: the highest record per sender deliverable in the old view."""
         self.held: list[Message] = []
         self.committing: Commit | None = None
+        self._commit_deadline: float | None = None
         self.held_senders: set[int] = set()
         """Senders with a held message: their later ones wait behind it (FIFO)."""
         self.first_optimistic: dict[int, int] = {}
@@ -185,11 +186,14 @@ class GroupStack:
         if src in self.view.members:
             if members & set(self.view.members) == {src} and len(self.view.members) > 1:
                 return self.agreement.member_failed(src, now)  # it restarted, or missed its exclusion
+            if self.me not in members and msg.epoch > self.view.epoch and self.committing is None:
+                return self.agreement.left_out(src, msg.epoch)  # we missed the commit that excluded us
             return []
         return self.agreement.merge_with(dict.fromkeys(members, msg.epoch), src, now)
 
     def _begin_commit(self, commit: Commit, now: float) -> list:
         self.committing = commit
+        self._commit_deadline = None
         old = self.view.members
         if commit.view.members == (self.me,) and not commit.cut:
             return self._install(now)  # left out: start again alone
@@ -203,12 +207,20 @@ class GroupStack:
         return self.progress(now)
 
     def progress(self, now: float) -> list:
-        """Install the committed view once every stream is complete up to the cut."""
+        """Install the committed view once every stream is complete up to the
+        cut. If that takes ``2 * view_timeout`` (the last holder of a record
+        is gone, or the group moved on), give up: start again alone and merge
+        back, which keeps every view we install consistent."""
         commit = self.committing
         if commit is None:
             return []
         if all(self.stream.contig_of(s) >= commit.cut.get(s, 0) for s in self.view.members if s != self.me):
             return self._install(now)
+        if self._commit_deadline is None:
+            self._commit_deadline = now + 2 * self.agreement.view_timeout
+        elif now >= self._commit_deadline:
+            self.committing = None
+            return self.on_agreement(self.agreement.give_up(commit), now)
         return []
 
     def _install(self, now: float) -> list:
@@ -429,7 +441,7 @@ class GroupStack:
     def next_deadline(self) -> float | None:
         earliest = self.stream.next_deadline()
         for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline(), self._request_at,
-                         self.agreement.next_deadline()):
+                         self.agreement.next_deadline(), self._commit_deadline if self.committing else None):
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
         return earliest

@@ -458,13 +458,6 @@ def test_scripted_crash_join_and_multicast_converge() -> None:
     net.check_whole_trace()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "an excluded member that lost the single multicast COMMIT of its exclusion never learns it: the COMMIT is not "
-    "repeated once every member of the new view answered INSTALLED. 3 fails 2, but 1's beacons listing (1, 2) "
-    "reach 3 every beacon_interval: the node counts each as evidence that 1 lives (3's detector unsuspects 1 every "
-    "0.3 s and never fails it), while GroupStack._on_beacon ignores its content (a beacon from a member of our view "
-    "counts only when its list meets our view in the sender alone). 3 waits for coordinator 1 forever: views "
-    "(1, 2, 3) at 3 and (1, 2) at 1 and 2"))
 def test_member_that_missed_the_commit_of_its_exclusion_rejoins() -> None:
     net = Cluster()
     net.start(3)
@@ -526,14 +519,10 @@ def committed_without_2(net: Cluster) -> None:
     net.multicast(3)  # 1 and 3 hold it; 2 never will while it is starved
     net.run(2.5, lose=starves_2)
     assert net.nodes[1].view(GROUP)[1] == net.nodes[3].view(GROUP)[1] == (1, 2, 3)
-    assert net.nodes[2].view(GROUP)[1] == (1, 2, 3, 4), "2 still completes the cut"
+    # 2 still completes the cut, or gave up after 2 * view_timeout and stands alone
+    assert net.nodes[2].view(GROUP)[1] in ((1, 2, 3, 4), (2,))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a member still completing the cut of a committed view V ignores every later COMMIT (ViewAgreement.on_commit "
-    "returns [] while self.committing is set) and has no deadline for the cut: once the holders of the cut's records "
-    "moved on (3 was excluded, came back as a newcomer and no longer has its record 3#1), node 2's NACKs for 3#1 go "
-    "unanswered forever, 2 stays in view (1, 2, 3, 4), and 1 and 3 install (1, 2, 3) of epoch 4 with 2 in it"))
 def test_member_completing_an_old_cut_is_not_wedged_when_the_group_moves_on() -> None:
     net = Cluster()
     committed_without_2(net)

@@ -295,6 +295,17 @@ class ViewAgreement:
                                  msg.attempt)
         return [self.committing]
 
+    def left_out(self, coordinator: int, epoch: int) -> list[AgreementOut]:
+        """Our coordinator's beacon shows a later view without us: we missed
+        the commit that excluded us. Install a singleton; beacons merge us back."""
+        self.committing = Commit(View.of(epoch, {self.me}), {}, {}, coordinator, 0)
+        return [self.committing]
+
+    def give_up(self, commit: Commit) -> list[AgreementOut]:
+        """The committed cut cannot be completed here: leave the change alone."""
+        self.committing = Commit(View.of(commit.view.epoch, {self.me}), {}, {}, commit.coordinator, 0)
+        return [self.committing]
+
     def installed(self, commit: Commit) -> list[AgreementOut]:
         """The group layer completed the cut and installed ``commit.view``."""
         self.view = commit.view
