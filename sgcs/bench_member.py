@@ -67,6 +67,10 @@ PROGRESS_EVERY = 0.25
 """Seconds between two progress reports to the parent."""
 BEACON_INTERVAL = 0.1
 """Discovery beacons (Config.beacon_interval): a bench wants its view at once."""
+BENCH_SUSPECT_FACTOR = 20.0
+"""Config.suspect_factor for bench members: suspicion only after 20 heartbeat
+rounds per hypercube dimension (4 s with 3 members), so that a member starved
+of CPU by the others is not excluded mid-run."""
 STAMP = struct.Struct("!Q")
 WARMUP = STAMP.pack(0) + b"W"
 READY = STAMP.pack(0) + b"R"
@@ -222,6 +226,8 @@ async def run_member(spec: MemberSpec, secret: bytes) -> None:
         name=f"bench-{spec.index}", secret=secret, bind_host="127.0.0.1",
         multicast_group=spec.multicast_group, multicast_port=spec.multicast_port,
         max_datagram=spec.max_datagram, beacon_interval=BEACON_INTERVAL,
+        # members saturate the CPU on purpose: a starved member is slow, not dead
+        suspect_factor=BENCH_SUSPECT_FACTOR,
     )
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     async with sgcs.open_node(config) as node, node.join(GROUP, order=spec.order) as group:
