@@ -108,14 +108,34 @@ def _run_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_sweep(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sweep", metavar="SWEEP.toml", help="sweep file: a base scenario and a [grid] of values")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="directory for runs/<point>/, report.md, metrics.json and the plots")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--master", metavar="URL", help="Spark master URL (default: local mode)")
+    where.add_argument("--parallel", type=int, metavar="K",
+                       help="simulations at once in local mode, local[K] (default: one per core)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar (default: only when stderr is a terminal)")
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from spark_analysis.sweep import run_sweep
+
+    return run_sweep(args.sweep, args.out, master=args.master, parallel=args.parallel, progress=args.progress)
+
+
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: tuple[Command, ...] = (
     ("simulate", _add_simulate, _run_simulate),
     ("bench", _add_bench, _run_bench),
+    ("sweep", _add_sweep, _run_sweep),
 )
 _HELP = {
     "simulate": "run a scenario in the deterministic simulator and write a trace directory",
     "bench": "measure throughput and latency of real member processes on loopback (like JGroups' JPerf)",
+    "sweep": "run a grid of simulations as Spark tasks, then fit load and detection time against N",
 }
 
 
