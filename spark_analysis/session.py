@@ -1,0 +1,99 @@
+"""The one place that builds a SparkSession for sgcs jobs.
+
+Theory of operation
+-------------------
+Every job in this package takes DataFrames and returns DataFrames; only this
+module knows how Spark is started. ``spark_session`` returns the active
+session if there is one (tests share one session-scoped session; ``sgcs
+sweep`` and ``sgcs analyze`` in one process share it too), otherwise builds
+one with:
+
+* ``local[*]`` unless a master URL is given (``--master spark://host:7077``);
+* the driver bound to loopback, so a local run sends nothing beyond it;
+* no web UI and no console progress bar (``sgcs`` shows its own progress
+  with rich), and log4j at ERROR through a bundled properties file, because
+  Spark's INFO/WARN chatter would bury the command's output
+  (written to a temp file, not shipped as package data, so any install has it);
+* few shuffle partitions (traces are at most tens of millions of rows and
+  the machine has few cores: 200 tiny tasks per shuffle cost more than the
+  work) and adaptive execution to coalesce them further;
+* UTC as the session time zone, so nothing depends on the host's zone;
+* Arrow for ``toPandas`` (the small results the report plots).
+
+``SGCS_SPARK_MEMORY`` sets the driver memory (default 2g): in local mode the
+driver runs every task, so this is the job's whole heap.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sgcs.errors import UsageError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+SHUFFLE_PARTITIONS = 8
+# Written to a temp file at start-up rather than shipped as package data, so
+# that any install (editable or not) gets it.
+_LOG4J_PROPERTIES = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _log4j_file() -> Path:
+    path = Path(tempfile.gettempdir()) / f"sgcs-log4j2-{os.getuid()}.properties"
+    if not path.is_file() or path.read_text() != _LOG4J_PROPERTIES:
+        path.write_text(_LOG4J_PROPERTIES)
+    return path
+
+
+def _pyspark() -> object:
+    try:
+        import pyspark
+    except ImportError:
+        raise UsageError("sgcs analyze needs pyspark; run: pip install 'sgcs[analysis]'") from None
+    return pyspark
+
+
+def spark_session(master: str | None = None, app: str = "sgcs") -> SparkSession:
+    """The active SparkSession, or a new one configured for sgcs (see the module doc)."""
+    _pyspark()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    # pyspark warns that pandas 3 is untested; the jobs only use toPandas on small results
+    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # silences the "resolves to loopback" warning
+    log4j = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
+    builder = (
+        SparkSession.builder.master(master or DEFAULT_MASTER)
+        .appName(app)
+        .config("spark.driver.memory", os.environ.get("SGCS_SPARK_MEMORY", "2g"))
+        .config("spark.driver.extraJavaOptions", log4j)
+        .config("spark.executor.extraJavaOptions", log4j)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    if master is None or master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
