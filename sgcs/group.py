@@ -31,6 +31,7 @@ from typing import Iterable
 
 from .config import Config, Order
 from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
+from .membership.roster import roster_of
 from .ordering.total import OrderedMessage, OrderingLayer
 from .transport.framing import ack_budget, entries_budget, fragment_size, pack
 from .transport.records import Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
@@ -79,7 +80,7 @@ class GroupStack:
         self.order = order
         self.me = me
         self.params = params
-        initial = set(members) | {me}
+        initial = roster_of(members).with_member(me)
         self.agreement = ViewAgreement(me, initial, view_timeout, now, self.tag, epoch=1 if len(initial) > 1 else 0)
         self.optimistic = optimistic
         if order is not Order.FIFO:

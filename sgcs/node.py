@@ -53,6 +53,7 @@ from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
 from .group import GroupStack, build_params
 from .membership.agreement import CtlSend, View
+from .membership.roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdParams, FdSend
 from .transport.records import Message
 from .wire import (
@@ -177,7 +178,7 @@ class Node:
             raise UsageError(f"a node may join at most {MAX_GROUPS} groups")
         if group_tag(group) in self._by_tag:
             raise UsageError(f"group name {group!r} collides on the wire with a joined group; rename it")
-        initial = {self.id, *(members or ())}
+        initial = roster_of(() if members is None else members).with_member(self.id)
         fresh = members is not None if from_start is None else from_start
         state = GroupStack(group, Order.parse(order), self.id, initial, self._params, self.rng, now, fresh,
                            view_timeout=self.config.view_timeout, optimistic=self.config.optimistic,
@@ -524,10 +525,11 @@ class Node:
 
     def _watch(self, now: float) -> None:
         """The detector watches every member of every group we are in."""
-        members: set[int] = set()
-        for state in self._groups.values():
-            members.update(state.view.members)
-        self.detector.set_members(members, now)
+        views = [state.view.members for state in self._groups.values()]
+        if len(views) == 1:
+            self.detector.set_members(views[0], now)  # the view's own (shared) roster
+        else:
+            self.detector.set_members({m for members in views for m in members}, now)
 
     def _on_detector(self, out: list[Action], outputs: list, now: float) -> None:
         for output in outputs:
@@ -592,10 +594,11 @@ class Node:
 
     def _install(self, out: list[Action], state: GroupStack, old: View, new: View,
                  leavers: frozenset[int] = frozenset()) -> None:
-        gone = tuple(m for m in old.members if m not in new)
+        # set differences in C: views can hold thousands of members
+        gone = tuple(sorted(old.member_set - new.member_set))
         failed = tuple(m for m in gone if m not in leavers)
         left = tuple(m for m in gone if m in leavers)
-        joined = tuple(m for m in new.members if m not in old and old.members)
+        joined = tuple(sorted(new.member_set - old.member_set)) if old.members else ()
         out.append(ViewInstalled(state.name, new.view_id, new.members, joined, left, failed))
         self._trace(out, "view", group=state.name, view_id=new.view_id, members=new.members, optimistic=False)
 

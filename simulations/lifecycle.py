@@ -51,7 +51,7 @@ def start_run(sim: "Simulator") -> None:
     pending = pending_nodes(scenario.faults)
     initial = [n for n in range(scenario.nodes) if n not in pending]
     at_start = {
-        name: [m for m in group.spec.members if m not in pending] for name, group in sim.groups.items()
+        name: tuple(m for m in group.spec.members if m not in pending) for name, group in sim.groups.items()
     }
     for node_id in initial:
         sim.new_node(node_id)
@@ -64,7 +64,7 @@ def start_run(sim: "Simulator") -> None:
 
 
 def join_groups(sim: "Simulator", node_id: int, now: float,
-                members_of: Callable[["GroupState"], list[int] | None]) -> None:
+                members_of: Callable[["GroupState"], tuple[int, ...] | None]) -> None:
     node = sim.nodes[node_id]
     if node is None:
         raise RuntimeError(f"node {node_id} must be up to join its groups")

@@ -30,6 +30,8 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sgcs.actions import TraceEvent
 from sgcs.errors import UsageError
 
@@ -171,9 +173,33 @@ class EventsWriter:
         pa, schema, events = self._pa, self._schema, self._events
         columns = [pa.array(self._t, pa.float64()), pa.array(self._node, pa.int64())]
         for name in _EVENT_FIELDS:
+            if name == "members":
+                columns.append(self._members_column())
+                continue
             values = list(map(attrgetter(name), events))
             columns.append(pa.array(values, schema.field(name).type))
         return columns
+
+    def _members_column(self) -> Any:
+        """The ``members`` lists, built from numpy copies of each distinct
+        tuple: at 10,000 nodes every initial ``view`` row lists 10,000
+        members, and they are all one shared tuple."""
+        pa = self._pa
+        arrays: dict[int, np.ndarray] = {}  # id(tuple) -> its ids; the rows keep the tuples alive
+        offsets, chunks, missing, total = [0], [], [], 0
+        for event in self._events:
+            members = event.members
+            missing.append(members is None)
+            if members is not None:
+                ids = arrays.get(id(members))
+                if ids is None:
+                    ids = arrays[id(members)] = np.fromiter(members, np.int64, len(members))
+                chunks.append(ids)
+                total += len(ids)
+            offsets.append(total)
+        values = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int64()),
+                                        type=pa.list_(pa.int64()), mask=pa.array(missing, pa.bool_()))
 
 
 class NetCounters:

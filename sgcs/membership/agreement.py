@@ -50,8 +50,10 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from ..wire import Control, MsgType, encode_control
+from .roster import roster_of
 
 Entries = tuple[tuple[int, int], ...]
 REPEATS = 5
@@ -73,9 +75,9 @@ class View:
     member_set: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, epoch: int, members: "set[int] | tuple[int, ...]") -> "View":
-        ordered = tuple(sorted(members))
-        return cls(epoch, ordered, view_id_of(epoch, ordered), frozenset(ordered))
+    def of(cls, epoch: int, members: Iterable[int]) -> "View":
+        roster = roster_of(members)  # shared with every other holder of this membership
+        return cls(epoch, roster.members, roster.view_id(epoch, view_id_of), roster.member_set)
 
     def __contains__(self, member: object) -> bool:
         return member in self.member_set
@@ -138,12 +140,12 @@ class _Coordination:
 class ViewAgreement:
     """The view of one group on one member, and the changes that move it."""
 
-    def __init__(self, me: int, members: set[int], view_timeout: float, now: float, tag: int = 0,
+    def __init__(self, me: int, members: Iterable[int], view_timeout: float, now: float, tag: int = 0,
                  epoch: int = 1) -> None:
         self.me = me
         self.tag = tag
         self.view_timeout = view_timeout
-        self.view = View.of(epoch, members | {me})
+        self.view = View.of(epoch, roster_of(members).with_member(me))
         self.leaving: set[int] = set()
         self.failed: set[int] = set()
         self.joiners: dict[int, int] = {}

@@ -42,10 +42,12 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
 from ..wire import MAX_HEARTBEAT_ENTRIES, Control, MsgType, encode_control, encode_heartbeat
+from .roster import roster_of
 
 NEVER_MS = 2**62
 """Age reported for a member never heard from."""
@@ -129,14 +131,22 @@ class FailureDetector:
 
     # ------------------------------------------------------------------ membership
 
-    def set_members(self, members: set[int], now: float) -> None:
+    def set_members(self, members: Iterable[int], now: float) -> None:
         """Watch exactly ``members`` (and ourselves); newcomers start fresh."""
-        ids = np.array(sorted(members | {self.me}), dtype=np.int64)
+        roster = roster_of(members).with_member(self.me)  # shared, read-only ids and index
+        if roster.index is self._index:
+            return
+        ids = roster.ids
         counters = np.zeros(len(ids), dtype=np.int64)
         heard_at = np.full(len(ids), now)
         # a newcomer's heartbeat needs log2 N rounds to reach us: one timeout of grace
         rounds = max(1, math.ceil(math.log2(max(2, len(ids)))))
         grace_from = np.full(len(ids), now + self.params.suspect_factor * rounds * self.params.gossip_interval)
+        if len(self.ids) == 1:  # only ourselves so far: nothing to carry over
+            counters[roster.index[self.me]] = self.counters[0]
+            self.ids, self.counters, self.heard_at, self.grace_from = ids, counters, heard_at, grace_from
+            self._index = roster.index
+            return
         pos = np.searchsorted(self.ids, ids)
         pos_clipped = np.minimum(pos, len(self.ids) - 1)
         kept = self.ids[pos_clipped] == ids
@@ -144,10 +154,10 @@ class FailureDetector:
         heard_at[kept] = self.heard_at[pos_clipped[kept]]
         grace_from[kept] = self.grace_from[pos_clipped[kept]]
         self.ids, self.counters, self.heard_at, self.grace_from = ids, counters, heard_at, grace_from
-        self._index = {int(m): i for i, m in enumerate(ids.tolist())}
+        self._index = roster.index
         for member in [m for m in self.suspects if m not in self._index]:
             del self.suspects[member]
-        self.failed &= set(self._index)
+        self.failed = {m for m in self.failed if m in self._index}
 
     def suspect_timeout(self) -> float:
         rounds = max(1, math.ceil(math.log2(max(2, len(self.ids)))))

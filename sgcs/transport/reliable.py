@@ -25,11 +25,15 @@ mechanisms then make delivery exactly-once and FIFO per sender:
 its previous send (a delta: only streams that advanced); these edges are the
 causal graph. An idle member sends its ACK for a stream to that stream's
 sender alone (a unicast null message, ``ack_interval`` after the stream
-advanced), so an ACK costs one reception instead of N. The ACK matrix
-``acked[member, sender]`` holds the highest contiguous number each member is
-known to have; the column minimum of a sender's own stream is its stable
-prefix, which it announces in one small multicast (at most once per
-``ack_interval``), and every buffer then drops those records. A lost ACK
+advanced), so an ACK costs one reception instead of N. A member keeps only
+what it needs, O(N) and not O(N²): the ACK column of its *own* stream (the
+highest contiguous number each member is known to have), whose minimum is its
+stable prefix; it announces that prefix in one small multicast (at most once
+per ``ack_interval``), and every buffer then drops those records. Of other
+streams it keeps the announced stable prefix, a few holder hints per stream
+(members whose ACKs showed they hold it: NACK targets), and, for members new
+to the view, their own ACKs, because an announcer still counting an older
+view does not vouch for them. A lost ACK
 would hold stability back, so every ``10 * ack_interval`` a sender whose
 older records are still unstable polls exactly the members whose ACKs it
 lacks (its digest, sent to each alone); they answer with their ACK and pull
@@ -41,7 +45,7 @@ here and not yet stable. The send delay is ``send_delay_min`` at an empty
 window and grows as ``send_delay_scale * W / (window_max - W)``; at
 ``window_max`` the application must wait, while control traffic (NACKs,
 retransmissions, digests, nulls) goes on so the window can drain. Removing a
-member from the view removes its row, so its missing ACKs stop holding the
+member from the view removes its ACK, so its missing ACKs stop holding the
 window.
 """
 
@@ -53,8 +57,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..membership.roster import Roster, roster_of
 from .records import EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Range, Record
 
+
+HOLDER_HINTS = 8
+"""Members remembered per stream as known holders (NACK targets besides the sender)."""
 
 MISSING_SCAN = 65_536
 """Sequence numbers examined past the contiguous prefix when listing gaps, so a
@@ -171,7 +179,12 @@ class ReliableStream:
         self._last_announce = -1.0
         self.members: tuple[int, ...] = ()
         self._index: dict[int, int] = {}
-        self._acked = np.zeros((0, 0), dtype=np.int64)
+        self._roster: Roster | None = None
+        self._own_acks: np.ndarray | None = None
+        """ACK of each member (by ``_index``) for our own stream; None until we send."""
+        self._announced_by: dict[int, int] = {}  # sender -> stable prefix it announced (clamped)
+        self._holders: dict[int, dict[int, int]] = {}  # sender -> member -> highest it holds
+        self._newcomer_acks: dict[int, dict[int, int]] = {}  # member new to the view -> sender -> high
         self.stability_cap: dict[int, int] | None = None
         """During a view change: nothing past the snapshot (then the cut) becomes
         stable, since members new to the next view start there and may need it."""
@@ -186,16 +199,10 @@ class ReliableStream:
         (the join point), not at 1: their earlier records may be gone. Streams
         of ``starts`` members begin just after the given number (a view
         change's cut), and every member is known to hold them that far."""
-        old_index, old = self._index, self._acked
-        self.members = tuple(sorted(set(members) | {self.me}))
-        self._index = {m: i for i, m in enumerate(self.members)}
-        acked = np.zeros((len(self.members), len(self.members)), dtype=np.int64)
-        keep = [m for m in self.members if m in old_index]
-        if keep:
-            new_ids = [self._index[m] for m in keep]
-            old_ids = [old_index[m] for m in keep]
-            acked[np.ix_(new_ids, new_ids)] = old[np.ix_(old_ids, old_ids)]
-        self._acked = acked
+        old_roster = self._roster
+        self._roster = roster_of(members).with_member(self.me)
+        self.members, self._index = self._roster.members, self._roster.index
+        self._own_acks = self._remap_own_acks(old_roster)
         self._partial_view = []
         self._gc_due = True
         for sender in [s for s in {*self._store, *self._inbound} if s not in self._index]:
@@ -207,9 +214,22 @@ class ReliableStream:
         for member, start in (starts or {}).items():
             if member in self._index:
                 self._start_at(member, start)
-        newcomers = set(starts or ()) | set(late)
-        self._veteran_rows = np.array([i for m, i in self._index.items() if m not in newcomers], dtype=np.int64)
+        newcomers = {m for m in (*(starts or ()), *late) if m in self._index and m != self.me}
+        self._newcomer_acks = {m: {} for m in newcomers}
         self._collect_garbage()
+
+    def _remap_own_acks(self, old: Roster | None) -> np.ndarray | None:
+        """Our stream's ACK column in the new view's positions; None until we
+        first send, so that a member that never sends holds no O(N) column."""
+        if self._own_acks is None or old is self._roster:
+            return self._own_acks
+        own = np.zeros(len(self.members), dtype=np.int64)
+        assert old is not None
+        pos = np.minimum(np.searchsorted(old.ids, self._roster.ids), len(old.ids) - 1)
+        kept = old.ids[pos] == self._roster.ids
+        own[kept] = self._own_acks[pos[kept]]
+        own[self._index[self.me]] = self._next_seq - 1
+        return own
 
     def _start_at(self, sender: int, start: int) -> None:
         if sender != self.me:
@@ -221,10 +241,14 @@ class ReliableStream:
         """Members new to the view start every stream after the view's cut:
         they will never ask for what precedes it."""
         rows = [self._index[m] for m in newcomers if m in self._index]
-        for sender, high in cut.items():
-            j = self._index.get(sender)
-            if j is not None and rows:
-                self._acked[rows, j] = np.maximum(self._acked[rows, j], high)
+        if rows and cut.get(self.me) and self._own_acks is not None:
+            self._own_acks[rows] = np.maximum(self._own_acks[rows], cut[self.me])
+        for member in newcomers:
+            acks = self._newcomer_acks.get(member)
+            if acks is not None:
+                for sender, high in cut.items():
+                    if high > acks.get(sender, 0):
+                        acks[sender] = high
         self._gc_due = True
 
     def expect(self, sender: int, high: int, now: float) -> None:
@@ -267,7 +291,10 @@ class ReliableStream:
             self._next_seq += 1
         for record in records:
             self._buffer(record)
-        self._set_ack(self.me, self.me, self._next_seq - 1)
+        if self._own_acks is None:
+            self._own_acks = np.zeros(len(self.members), dtype=np.int64)
+        self._own_acks[self._index[self.me]] = self._next_seq - 1
+        self._gc_due = self._gc_due or len(self.members) == 1
         self._counts["sent"] += len(records)
         return first, [OutRecords(None, tuple(records), "data")]
 
@@ -292,7 +319,8 @@ class ReliableStream:
         for record in records:
             if record.sender == self.me or record.sender not in self._index:
                 continue
-            self._set_ack(record.sender, record.sender, record.seq)  # a sender holds its own records
+            if record.sender in self._newcomer_acks:
+                self._set_ack(record.sender, record.sender, record.seq)  # a sender holds its own records
             self._accept(record, kind, delivered, now)
         return delivered
 
@@ -301,7 +329,6 @@ class ReliableStream:
         if not inbound.synced:
             inbound.synced = True
             inbound.contig = inbound.known_high = record.seq - 1
-            self._set_ack(self.me, record.sender, inbound.contig)
         if record.seq <= inbound.contig or record.seq in inbound.pending:
             self._counts["duplicates"] += 1
             return
@@ -326,7 +353,6 @@ class ReliableStream:
             if not record.flags & MORE_FRAGMENTS:
                 delivered.append(_reassemble(inbound.fragments))
                 inbound.fragments = []
-        self._set_ack(self.me, sender, inbound.contig)
         self._dirty[sender] = inbound.contig
         self._ack_due[sender] = inbound.contig
         if self._ack_at is None:
@@ -350,14 +376,33 @@ class ReliableStream:
                 self._reschedule_nack(sender, inbound, now)
 
     def _set_ack(self, member: int, sender: int, high: int) -> None:
-        i, j = self._index[member], self._index[sender]
-        old = self._acked.item(i, j)  # a Python int: numpy scalars compare slowly
-        if high > old:
-            self._acked[i, j] = high
-            if old <= self._stable.get(sender, 0):
-                # Only a cell at or below the column's stable floor can raise
-                # the floor: skip the collection (a column minimum) otherwise.
-                self._gc_due = True
+        """``member`` holds ``sender``'s stream up to ``high``."""
+        if sender == self.me:
+            if self._own_acks is None:
+                return  # we have sent nothing in this incarnation
+            i = self._index[member]
+            old = self._own_acks.item(i)  # a Python int: numpy scalars compare slowly
+            if high > old:
+                self._own_acks[i] = high
+                # Only an ACK at or below the stable floor can raise the floor:
+                # skip the collection (a column minimum) otherwise.
+                self._gc_due = self._gc_due or old <= self._stable.get(sender, 0)
+            return
+        newcomer = self._newcomer_acks.get(member)
+        if newcomer is not None and high > newcomer.get(sender, 0):
+            newcomer[sender] = high
+            self._gc_due = True
+        if member != sender:
+            self._hint_holder(sender, member, high)
+
+    def _hint_holder(self, sender: int, member: int, high: int) -> None:
+        """Remember a few members known to hold ``sender``'s stream: the
+        highest holders, since they can answer the most NACKs."""
+        hints = self._holders.setdefault(sender, {})
+        if high > hints.get(member, 0):
+            hints[member] = high
+            if len(hints) > HOLDER_HINTS:
+                del hints[min(hints, key=hints.__getitem__)]
 
     # ------------------------------------------------------------------ NACK recovery
 
@@ -386,11 +431,12 @@ class ReliableStream:
 
     def _holder_for(self, sender: int, seq: int, tries: int) -> int | None:
         """The sender first; then any member whose ACKs show it holds ``seq``."""
-        column = self._acked[:, self._index[sender]]
-        holders = [m for m, i in self._index.items() if column[i] >= seq and m != self.me]
-        if tries == 0 and sender in holders:
+        if sender == self.me:
+            return None
+        holders = [m for m, high in self._holders.get(sender, {}).items() if high >= seq and m != self.me]
+        if tries == 0 or not holders:
             return sender
-        return self.rng.choice(holders) if holders else (sender if sender != self.me else None)
+        return self.rng.choice(holders)
 
     def on_nack(self, src: int, sender: int, ranges: tuple[Range, ...], pull: bool) -> list[Out]:
         """Answer a NACK from our buffer, up to ``push_budget`` records."""
@@ -439,12 +485,18 @@ class ReliableStream:
         return inbound.contig if inbound else 0
 
     def _partner(self) -> int | None:
-        others = [m for m in self.members if m != self.me]
-        if not others:
+        n = len(self.members)
+        if n < 2:
             return None
         if not self._partial_view or self._round % self.params.shuffle_rounds == 0:
-            size = min(len(others), math.ceil(math.log2(len(others) + 1)) + 1)
-            self._partial_view = self.rng.sample(others, size)
+            # rejection sampling: O(log N) per shuffle, not a copy of the view
+            size = min(n - 1, math.ceil(math.log2(n)) + 1)
+            view: dict[int, None] = {}
+            while len(view) < size:
+                member = self.members[self.rng.randrange(n)]
+                if member != self.me:
+                    view[member] = None
+            self._partial_view = list(view)
         return self.rng.choice(self._partial_view)
 
     def on_digest(self, src: int, entries: tuple[Ack, ...], now: float) -> list[Out]:
@@ -481,16 +533,13 @@ class ReliableStream:
         """Every member has received ``sender`` up to ``high``: raise its column.
         Never above our own prefix, which a correct announcer cannot exceed."""
         for sender, high in entries:
-            if sender in self._index:
-                j = self._index[sender]
+            if sender in self._index and sender != self.me:
                 high = min(high, self._contig_of(sender))
                 if self.stability_cap is not None:
                     high = min(high, self.stability_cap.get(sender, 0))
-                # the announcer may have counted only the members of an older
-                # view: members new to ours must ACK for themselves
-                rows = self._veteran_rows
-                self._acked[rows, j] = np.maximum(self._acked[rows, j], high)
-                self._gc_due = True
+                if high > self._announced_by.get(sender, 0):
+                    self._announced_by[sender] = high
+                    self._gc_due = True
 
     # ------------------------------------------------------------------ timers
 
@@ -531,8 +580,9 @@ class ReliableStream:
         target, self._poll_target = self._poll_target, self._next_seq - 1
         if target <= self._stable.get(self.me, 0):
             return []
-        column = self._acked[:, self._index[self.me]]
-        laggards = [m for m, i in self._index.items() if m != self.me and column[i] < target]
+        assert self._own_acks is not None  # we have sent: target > 0
+        lagging = np.flatnonzero(self._own_acks < target)
+        laggards = [self.members[i] for i in lagging.tolist() if self.members[i] != self.me]
         self._counts["polls"] += len(laggards)
         entry = ((self.me, self._next_seq - 1),)
         return [OutDigest(m, entry) for m in laggards]
@@ -564,10 +614,9 @@ class ReliableStream:
         if not self._gc_due:
             return
         self._gc_due = False
-        floors = self._acked.min(axis=0)
         cap = self.stability_cap
         for sender, stored in self._store.items():
-            stable = int(floors[self._index[sender]])
+            stable = self._floor(sender)
             if cap is not None:
                 stable = min(stable, cap.get(sender, 0))
             previous = self._stable.get(sender, 0)
@@ -579,6 +628,15 @@ class ReliableStream:
                 self._stable[sender] = stable
         if self._stable.get(self.me, 0) > self._announced and self._announce_at is None:
             self._announce_at = self._last_announce + self.params.ack_interval
+
+    def _floor(self, sender: int) -> int:
+        """The highest number every member of the view is known to hold."""
+        if sender == self.me:
+            return 0 if self._own_acks is None else int(self._own_acks.min())
+        floor = self._announced_by.get(sender, 0)
+        for acks in self._newcomer_acks.values():  # the announcer may not have counted them
+            floor = min(floor, acks.get(sender, 0))
+        return floor
 
     def _buffer(self, record: Record) -> None:
         if record.seq > self._stable.get(record.sender, 0):
@@ -594,6 +652,8 @@ class ReliableStream:
         self._nacking.pop(sender, None)
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
+        self._announced_by.pop(sender, None)
+        self._holders.pop(sender, None)
 
     def _inbound_of(self, sender: int) -> _Inbound:
         inbound = self._inbound.get(sender)
