@@ -16,11 +16,14 @@ R² = 1 - SS_res / SS_tot is reported for the first two. When every y is the
 same, SS_tot is 0 and R² is undefined (None): a flat measure has nothing to
 explain, which ``verdict`` reports as flat instead.
 
-``verdict`` reads the two fits the way a reader of the README would:
-*flat* when the log2 fit moves less than ``FLAT_CHANGE`` (relative to the
-mean) across the measured range; otherwise the model with the higher R²,
-*O(log N)* or *O(N)*; *inconclusive* with fewer than three distinct N
-(two points fit any line exactly). The numbers are always reported beside it.
+``verdict`` reads the two fits the way a reader of the README would, in
+this order: *inconclusive* with fewer than three distinct N (two points fit
+any line exactly); *flat* when the log2 fit moves less than ``FLAT_CHANGE``
+(relative to the mean) across the measured range; *decreasing* when it
+falls (a per-member share of a fixed group-wide rate falls as 1/N);
+*noisy* when neither model explains ``MIN_R2`` of the variance; otherwise
+the model with the higher R², *O(log N)* or *O(N)*. The numbers are always
+reported beside it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import numpy as np
 FLAT_CHANGE = 0.10
 """Relative change of the fitted value over the N range below which a measure is flat."""
 MIN_POINTS_FOR_VERDICT = 3
+MIN_R2 = 0.8
+"""Below this R² for both models, growth is not told apart from scatter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +99,17 @@ def fit_growth(nodes: Sequence[int], values: Sequence[float]) -> GrowthFit:
 
 
 def verdict(nodes: Sequence[int], values: Sequence[float], log_fit: LineFit, linear_fit: LineFit) -> str:
-    """flat, O(log N), O(N) or inconclusive (see the module docstring)."""
+    """inconclusive, flat, decreasing, noisy, O(log N) or O(N) (see the module docstring)."""
     if len(set(nodes)) < MIN_POINTS_FOR_VERDICT:
         return "inconclusive"
     mean = abs(float(np.mean(values)))
-    change = abs(log_fit.b) * (math.log2(max(nodes)) - math.log2(min(nodes)))
-    if mean == 0.0 or change <= FLAT_CHANGE * mean:
+    change = log_fit.b * (math.log2(max(nodes)) - math.log2(min(nodes)))
+    if mean == 0.0 or abs(change) <= FLAT_CHANGE * mean:
         return "flat"
+    if change < 0:
+        return "decreasing"
     log_r2 = -math.inf if log_fit.r2 is None else log_fit.r2
     linear_r2 = -math.inf if linear_fit.r2 is None else linear_fit.r2
+    if max(log_r2, linear_r2) < MIN_R2:
+        return "noisy"
     return "O(log N)" if log_r2 >= linear_r2 else "O(N)"

@@ -19,7 +19,8 @@ the driver polls Spark's status tracker (points done) and the run
 directories (which points are running) for a rich progress bar on stderr.
 
 The runs are then analysed together, as Spark DataFrame jobs over all the
-traces at once: per-member load (messages and bytes per second, sent and
+traces at once (``readers``, ``load.per_member_load``,
+``detection.detection_times``): per-member load (messages and bytes per second, sent and
 received, by ``msg_type`` and in total) against N, and failure-detection time
 (first suspicion of each crashed node, and when the survivors' views exclude
 it) against N. Per series, the mean over seeds at each N is fitted by
@@ -419,7 +420,7 @@ class _SweepProgress:
 LOAD_METRICS = ("msgs_per_member_per_s", "bytes_per_member_per_s",
                 "recv_msgs_per_member_per_s", "recv_bytes_per_member_per_s")
 DETECTION_METRICS = ("first_suspicion_s", "exclusion_median_s", "exclusion_max_s")
-_EVENT_COLUMNS = ("t", "node", "kind", "group", "members", "optimistic", "target")
+_DETECTION_KINDS = ("crash", "recover", "suspect", "view", "join", "leave")
 
 
 def _busiest_member(net: Any, meta: Any) -> Any:
@@ -431,36 +432,11 @@ def _busiest_member(net: Any, meta: Any) -> Any:
             .select("run", (F.col("sent") / F.col("duration")).alias("max_msgs_per_member_per_s")))
 
 
-def _detection_times(events: Any) -> Any:
-    """Per crash row: first suspicion of the crashed node, and when survivors dropped it.
-
-    ``first_suspicion_s``: from the crash to the first suspect row, at any
-    node, targeting it. ``exclusion_*``: per surviving node, from the crash to
-    its first installed (not optimistic) view without the crashed node; the
-    median and the max over the nodes that did, and how many did.
-    """
-    from pyspark.sql import functions as F
-
-    crashes = events.filter(F.col("kind") == "crash").select("run", F.col("node").alias("victim"),
-                                                             F.col("t").alias("at"))
-    suspects = events.filter(F.col("kind") == "suspect").select("run", F.col("target").alias("victim"), "t")
-    first = (crashes.join(suspects, ["run", "victim"]).filter(F.col("t") >= F.col("at"))
-             .groupBy("run", "victim", "at").agg(F.min(F.col("t") - F.col("at")).alias("first_suspicion_s")))
-    views = events.filter((F.col("kind") == "view") & ~F.coalesce(F.col("optimistic"), F.lit(False)))
-    dropped = (crashes.join(views.select("run", "node", "t", "members"), "run")
-               .filter((F.col("t") >= F.col("at")) & (F.col("node") != F.col("victim"))
-                       & ~F.array_contains(F.col("members"), F.col("victim")))
-               .groupBy("run", "victim", "at", "node").agg(F.min(F.col("t") - F.col("at")).alias("delay")))
-    excluded = dropped.groupBy("run", "victim", "at").agg(
-        F.percentile_approx("delay", 0.5).alias("exclusion_median_s"),
-        F.max("delay").alias("exclusion_max_s"), F.count("node").alias("excluded_by"))
-    return crashes.join(first, ["run", "victim", "at"], "left").join(excluded, ["run", "victim", "at"], "left")
-
-
 def analyse_runs(spark: Any, sweep: Sweep, results: list[dict[str, Any]]) -> dict[str, Any]:
     """Load and detection tables of the successful runs, and their fits against N."""
     from pyspark.sql import functions as F
 
+    from .detection import detection_times
     from .load import per_member_load
     from .readers import read_events, read_net, runs_meta
 
@@ -471,9 +447,10 @@ def analyse_runs(spark: Any, sweep: Sweep, results: list[dict[str, Any]]) -> dic
     runs = list(points)
     meta, net = runs_meta(spark, runs), read_net(spark, runs)
     load = _load_table(per_member_load(net, meta).toPandas(), _busiest_member(net, meta).toPandas(), points)
-    events = read_events(spark, runs).select(*_EVENT_COLUMNS, "run")
-    events = events.filter(F.col("kind").isin("crash", "suspect", "view"))
-    detection = _detection_table(_detection_times(events).toPandas(), points)
+    # Only the kinds detection needs: the send and deliver rows are most of a trace.
+    events = read_events(spark, runs).where(F.col("kind").isin(*_DETECTION_KINDS)).cache()
+    detection = detection_times(events, meta).withColumnsRenamed({"node": "victim", "t": "at"})
+    detection = _detection_table(detection.toPandas(), points)
     fits = {"load": _load_fits(load), "detection": _detection_fits(detection)}
     return {"load": _records(load), "detection": _records(detection), "fits": fits}
 
@@ -592,60 +569,84 @@ def write_plots(out: Path, metrics: dict[str, Any]) -> list[str]:
 def _plot_measures(path: Path, rows: Any, fits: list[dict[str, Any]], metrics: tuple[str, ...], title: str) -> str:
     """One panel per measure: every run as a dot, the log2 fit solid, the linear fit dashed."""
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
+    columns = min(2, len(metrics))
+    fig, axes = plt.subplots(math.ceil(len(metrics) / columns), columns, figsize=(6.5 * columns, 4.5 * math.ceil(
+        len(metrics) / columns)), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics):
         for index, (series, runs) in enumerate(rows.groupby("series", sort=True)):
-            color = f"C{index % 10}"
-            ax.scatter(runs["nodes"], runs[metric], color=color, s=18, label=series)
             fit = next((f for f in fits if f["series"] == series and f["metric"] == metric), None)
-            if fit is not None:
-                ns = np.geomspace(min(fit["nodes"]), max(fit["nodes"]), 64)
-                log_fit, lin = fit["log2"], fit["linear"]
-                ax.plot(ns, log_fit["a"] + log_fit["b"] * np.log2(ns), color=color,
-                        label=f"a+b·log2 N: b={log_fit['b']:.3g}, R²={_r2(log_fit['r2'])}")
-                ax.plot(ns, lin["a"] + lin["b"] * ns, color=color, linestyle="--", linewidth=0.8,
-                        label=f"a+b·N: b={lin['b']:.3g}, R²={_r2(lin['r2'])}")
+            _plot_series(ax, runs["nodes"], runs[metric], fit, series, f"C{index % 10}")
         if metric == "first_suspicion_s" and "suspect_timeout_s" in rows:
             bound = rows.groupby("nodes")["suspect_timeout_s"].mean()
             ax.plot(bound.index, bound.values, color="grey", linestyle=":", label="suspect_timeout")
-        _log2_axis(ax, _PLOT_LABELS.get(metric, metric))
+        _log2_axis(ax, sorted(set(rows["nodes"])), _PLOT_LABELS.get(metric, metric))
         ax.legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path.name
+    return _save(fig, path)
+
+
+def _plot_series(ax: Any, nodes: Any, values: Any, fit: dict[str, Any] | None, series: str, color: str) -> None:
+    import numpy as np
+
+    ax.scatter(nodes, values, color=color, s=18, label=series)
+    if fit is None:
+        return
+    ns = np.geomspace(min(fit["nodes"]), max(fit["nodes"]), 64)
+    log_fit, lin = fit["log2"], fit["linear"]
+    ax.plot(ns, log_fit["a"] + log_fit["b"] * np.log2(ns), color=color,
+            label=f"a+b·log2 N: b={log_fit['b']:.3g}, R²={_r2(log_fit['r2'])} ({fit['verdict']})")
+    ax.plot(ns, lin["a"] + lin["b"] * ns, color=color, linestyle="--", linewidth=0.8,
+            label=f"a+b·N: b={lin['b']:.3g}, R²={_r2(lin['r2'])}")
 
 
 def _plot_types(path: Path, load: Any) -> str:
-    """One panel per series: messages sent per member per second, one line per msg_type."""
+    """Per series (rows): messages and bytes sent per member per second by msg_type, log y."""
     import matplotlib.pyplot as plt
 
+    metrics = ("msgs_per_member_per_s", "bytes_per_member_per_s")
+    types = sorted(set(load["msg_type"]) - {"total"})
+    colors = {t: plt.get_cmap("tab20")(i % 20) for i, t in enumerate(types)} | {"other": "grey", "total": "black"}
     groups = list(load.groupby("series", sort=True))
-    fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4.2), squeeze=False)
-    for ax, (series, rows) in zip(axes[0], groups):
-        means = rows.groupby(["msg_type", "nodes"])["msgs_per_member_per_s"].mean()
-        for msg_type in sorted(set(rows["msg_type"])):
-            line = means[msg_type]
-            ax.plot(line.index, line.values, marker="o", markersize=3, label=msg_type,
-                    linewidth=2.0 if msg_type == "total" else 1.0)
-        _log2_axis(ax, "messages sent / member / s")
-        ax.set_title(series, fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle("per-member load by message type against N")
+    fig, axes = plt.subplots(len(groups), 2, figsize=(13, 4.2 * len(groups)), squeeze=False)
+    for row, (series, rows) in zip(axes, groups):
+        tables = [rows.groupby(["nodes", "msg_type"])[m].mean().unstack(fill_value=0.0) for m in metrics]
+        keep = sorted(set().union(*(_main_types(table) for table in tables)))
+        for ax, metric, table in zip(row, metrics, tables):
+            rest = [c for c in table.columns if c not in keep and c != "total"]
+            lines = {**{t: table[t] for t in keep}, "other": table[rest].sum(axis=1), "total": table["total"]}
+            for msg_type, line in lines.items():
+                ax.plot(line.index, line.values, marker="o", markersize=3, label=msg_type, color=colors[msg_type],
+                        linewidth=2.2 if msg_type == "total" else 1.0)
+            ax.set_yscale("log")
+            _log2_axis(ax, list(table.index), _PLOT_LABELS[metric])
+            ax.set_title(series, fontsize=9)
+        row[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("per-member load by message type against N (mean over seeds; small types summed as other)")
+    return _save(fig, path)
+
+
+def _main_types(table: Any, share: float = 0.01) -> set[str]:
+    """The message types that reach ``share`` of the total at some N."""
+    return {c for c in table.columns if c != "total" and (table[c] >= share * table["total"]).any()}
+
+
+def _log2_axis(ax: Any, nodes: list[int], ylabel: str) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(nodes, [str(n) for n in nodes])
+    ax.minorticks_off()
+    ax.set_xlabel("N (nodes)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _save(fig: Any, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name
-
-
-def _log2_axis(ax: Any, ylabel: str) -> None:
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("N (nodes)")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
 
 
 def _r2(value: float | None) -> str:
@@ -701,14 +702,14 @@ def _load_section(fits: list[dict[str, Any]]) -> list[str]:
 def _detection_section(detection: list[dict[str, Any]], fits: list[dict[str, Any]]) -> list[str]:
     lines = ["## Failure detection against N", "",
              "| run | N | crashed | at s | first suspicion s | suspect_timeout s | exclusion median s "
-             "| exclusion max s | excluded by |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| exclusion max s | survivors | never excluded |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in detection:
         lines.append(f"| {row['run']} | {row['nodes']} | {row['victim']} | {_num(row['at'])} | "
                      f"{_num(row['first_suspicion_s'])} | {_num(row['suspect_timeout_s'])} | "
                      f"{_num(row['exclusion_median_s'])} | {_num(row['exclusion_max_s'])} | "
-                     f"{_num(row['excluded_by'])} |")
+                     f"{_num(row['survivors'])} | {_num(row['never_excluded'])} |")
     if not detection:
-        lines.append("| (no crash in these runs) | | | | | | | | |")
+        lines.append("| (no crash in these runs) | | | | | | | | | |")
     lines += ["", "| series | measure | msg_type | N | values | b per doubling | R² log2 | b per node | R² linear "
               "| exponent k | verdict |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     lines += [_fit_row(f, f["metric"], "") for f in fits]
@@ -731,14 +732,16 @@ def _num(value: Any) -> str:
 
 _NOTES = [
     "## Notes", "",
-    "- Load per member = the run's net-table totals / (nodes × simulated seconds), per `msg_type` "
-    "and in total (`total`); sent and received are counted separately (a multicast is one send "
-    "and up to N−1 receives). `max_msgs_per_member_per_s` in `metrics.json` is the busiest member.",
+    "- Load per member = the run's net-table totals / live node-seconds (`spark_analysis.load`), per "
+    "`msg_type` and in total (`total`); sent and received are counted separately (a multicast is one "
+    "send and up to N−1 receives). `max_msgs_per_member_per_s` in `metrics.json` is the busiest member.",
     "- First suspicion: from the crash to the first `suspect` row targeting the crashed node, at any node. "
-    "Exclusion: per surviving node, to its first installed view without it.",
+    "Exclusion: per survivor (a live node whose view held the crashed one), until it has installed a view "
+    "without it; median and max over the survivors (`spark_analysis.detection`).",
     "- `suspect_timeout` = suspect_factor · ⌈log2 N⌉ · gossip_interval, the detector's bound for a first suspicion.",
-    "- Verdict: *flat* when the log2 fit changes by less than 10% of the mean over the N range; "
-    "otherwise the model with the higher R²; *inconclusive* with fewer than 3 values of N. "
+    "- Verdict (`spark_analysis.fit`): *inconclusive* with fewer than 3 values of N; *flat* when the log2 fit "
+    "changes by less than 10% of the mean over the N range; *decreasing* when it falls; *noisy* when neither "
+    "model reaches R² 0.8; otherwise the model with the higher R². "
     "The exponent k is the slope of log y against log N (0: flat, 1: linear).",
 ]
 
@@ -753,10 +756,10 @@ def run_sweep(path: str | Path, out: str | Path, *, master: str | None = None, p
     import time
 
     started = time.perf_counter()
-    sweep = load_sweep(path)
-    out = _prepare_dir(Path(out))
     if parallel is not None and parallel < 1:
         raise UsageError(f"--parallel: must be at least 1, got {parallel}")
+    sweep = load_sweep(path)
+    out = _prepare_dir(Path(out))
     spark = _spark(master or (f"local[{parallel}]" if parallel else None))
     show = sys.stderr.isatty() if progress is None else progress
     results = run_tasks(spark, [task_of(p, out, sweep.net_bucket) for p in sweep.points], show)
