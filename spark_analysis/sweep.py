@@ -777,10 +777,16 @@ def run_sweep(path: str | Path, out: str | Path, *, master: str | None = None, p
     return 1 if metrics["sweep"]["failed"] else 0
 
 
+_OUTPUTS = ("report.md", "metrics.json", "load_vs_n.png", "load_by_type_vs_n.png", "detection_vs_n.png")
+
+
 def _prepare_dir(out: Path) -> Path:
+    """DIR/runs/ exists; the outputs of an earlier sweep are gone (a plot it had and we lack would mislead)."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    for name in _OUTPUTS:
+        (out / name).unlink(missing_ok=True)
     return out
 
 

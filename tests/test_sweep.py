@@ -150,18 +150,26 @@ def test_log_fit_recovers_its_coefficients_and_constant_data_has_no_r2() -> None
 
 
 def test_small_sweep_on_local_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "sweep"
-    code = main(["sweep", str(SWEEPS / "tiny.toml"), "--out", str(out), "--parallel", "1", "--no-progress"])
+    """tiny.toml's grid plus N=12, whose run directory is blocked: it fails alone, the rest is analysed."""
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text((SWEEPS / "tiny.toml").read_text().replace("nodes = [8, 16]", "nodes = [8, 12, 16]"))
+    out = tmp_path / "out"
+    (out / "runs" / "n12_seed1").mkdir(parents=True)
+    (out / "runs" / "n12_seed1" / "notes.txt").write_text("not a trace")  # simulate refuses to overwrite it
+    code = main(["sweep", str(sweep), "--out", str(out), "--parallel", "1", "--no-progress"])
     captured = capsys.readouterr()
-    assert code == 0, captured.err
-    assert "swept 2/2 points" in captured.out and "report.md" in captured.out
+    assert code == 1, captured.err
+    assert "swept 2/3 points" in captured.out and "report.md" in captured.out
+    assert "point n12_seed1 failed: UsageError" in captured.err
     for name in ("n8_seed1", "n16_seed1"):
         run = out / "runs" / name
         assert (run / "meta.json").is_file() and (run / "net").is_dir() and (run / "summary.json").is_file()
     for name in ("report.md", "metrics.json", "load_vs_n.png", "load_by_type_vs_n.png", "detection_vs_n.png"):
         assert (out / name).stat().st_size > 0, name
     metrics = json.loads((out / "metrics.json").read_text())
-    assert [r["ok"] for r in metrics["runs"]] == [True, True] and metrics["sweep"]["failed"] == []
+    assert [(r["name"], r["ok"]) for r in metrics["runs"]] == [("n16_seed1", True), ("n12_seed1", False),
+                                                               ("n8_seed1", True)]  # big N first
+    assert [f["name"] for f in metrics["sweep"]["failed"]] == ["n12_seed1"]
     total = next(f for f in metrics["fits"]["load"]
                  if f["msg_type"] == "total" and f["metric"] == "msgs_per_member_per_s")
     assert total["n_points"] == 2 and total["nodes"] == [8, 16] and total["values"][0] > 0
@@ -171,6 +179,7 @@ def test_small_sweep_on_local_1(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert {f["metric"] for f in metrics["fits"]["detection"]} >= {"first_suspicion_s"}
     heartbeat = [r for r in metrics["load"] if r["msg_type"] == "heartbeat"]
     assert len(heartbeat) == 2 and all(r["msgs_per_member_per_s"] > 0 for r in heartbeat)
+    assert "n12_seed1 | 12 | all | 1 | failed: UsageError" in (out / "report.md").read_text()
 
 
 def test_sweep_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
