@@ -126,16 +126,33 @@ def _run_sweep(args: argparse.Namespace) -> int:
     return run_sweep(args.sweep, args.out, master=args.master, parallel=args.parallel, progress=args.progress)
 
 
+def _add_analyze(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="trace directory written by sgcs simulate --out")
+    parser.add_argument("--master", metavar="URL", help="Spark master URL (default: local[*])")
+    parser.add_argument("--out", metavar="DIR",
+                        help="report directory (default: RUN/report; required with several runs)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar (default: only when stderr is a terminal)")
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from spark_analysis.command import run_analyze
+
+    return run_analyze(args.runs, args.out, args.master, args.progress)
+
+
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: tuple[Command, ...] = (
     ("simulate", _add_simulate, _run_simulate),
     ("bench", _add_bench, _run_bench),
     ("sweep", _add_sweep, _run_sweep),
+    ("analyze", _add_analyze, _run_analyze),
 )
 _HELP = {
     "simulate": "run a scenario in the deterministic simulator and write a trace directory",
     "bench": "measure throughput and latency of real member processes on loopback (like JGroups' JPerf)",
     "sweep": "run a grid of simulations as Spark tasks, then fit load and detection time against N",
+    "analyze": "run the Spark jobs over trace directories; write report.md, metrics.json and plots",
 }
 
 
