@@ -20,12 +20,18 @@ directories (which points are running) for a rich progress bar on stderr.
 
 The runs are then analysed together, as Spark DataFrame jobs over all the
 traces at once (``readers``, ``load.per_member_load``,
-``detection.detection_times``): per-member load (messages and bytes per second, sent and
-received, by ``msg_type`` and in total) against N, and failure-detection time
-(first suspicion of each crashed node, and when the survivors' views exclude
-it) against N. Per series, the mean over seeds at each N is fitted by
-:mod:`spark_analysis.fit` (log2 N and linear in N, with R²). ``DIR`` gets
-``report.md``, ``metrics.json`` and the PNG plots (matplotlib, Agg).
+``detection.detection_times``): per-member load (messages and bytes per
+second, sent and received, by ``msg_type`` and in total) against N, and
+failure-detection time (first suspicion of each crashed node, and when the
+survivors' views exclude it) against N. Per series, the mean over seeds at
+each N is fitted by :mod:`spark_analysis.fit` (log2 N and linear in N, with
+R², and a verdict).
+
+Outputs in ``DIR``: ``runs/<point>/`` (a trace with ``summary.json``, or
+``error.txt``), ``report.md``, ``metrics.json`` (``sweep``, ``runs``,
+``load``, ``detection``, ``fits``), ``load_vs_n.png``,
+``load_by_type_vs_n.png`` and ``detection_vs_n.png`` (matplotlib, Agg).
+Exit code 0, or 1 when a point failed (the others are still analysed).
 
 SWEEP.toml
 ----------
@@ -326,7 +332,7 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def run_tasks(spark: Any, tasks: list[dict[str, Any]], show: bool) -> list[dict[str, Any]]:
+def run_tasks(spark: Any, tasks: list[dict[str, Any]], progress: SweepProgress) -> list[dict[str, Any]]:
     """One Spark task per point, in the given order; progress polled while they run."""
     import time
 
@@ -347,15 +353,15 @@ def run_tasks(spark: Any, tasks: list[dict[str, Any]], show: bool) -> list[dict[
     thread = InheritableThread(target=work, daemon=True)
     thread.start()
     try:
-        with _SweepProgress(len(tasks), show) as update:
-            while thread.is_alive():
-                thread.join(0.5)
-                update(_tasks_done(sc, group), _running(tasks, started))
+        while thread.is_alive():
+            thread.join(0.5)
+            progress.points(_tasks_done(sc, group), _running(tasks, started))
     except KeyboardInterrupt:
         sc.cancelJobGroup(group)
         raise
     if "error" in box:
         raise box["error"]
+    progress.points(len(tasks), [])
     return box["results"]
 
 
@@ -383,17 +389,17 @@ def _running(tasks: list[dict[str, Any]], since: float) -> list[str]:
     return running
 
 
-class _SweepProgress:
-    """rich progress on stderr: points done / total and the points running.
+class SweepProgress:
+    """rich progress on stderr for the whole command: points done / total, then what runs now.
 
-    Without a terminal (``show`` False) it prints nothing; the final summary
-    line still goes to stdout.
+    With ``show`` False (stderr not a terminal, or --no-progress) it shows
+    nothing; the summary still goes to stdout.
     """
 
     def __init__(self, total: int, show: bool) -> None:
         self.total, self.show, self.bar, self.task = total, show, None, None
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> SweepProgress:
         if self.show:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -402,13 +408,18 @@ class _SweepProgress:
                        TimeElapsedColumn(), TextColumn("{task.fields[current]}"))
             self.bar = Progress(*columns, console=Console(stderr=True), refresh_per_second=2, transient=True)
             self.bar.__enter__()
-            self.task = self.bar.add_task("sweep", total=self.total, current="starting Spark")
-        return self._update
+            self.task = self.bar.add_task("sweep", total=self.total, current="")
+        return self
 
-    def _update(self, done: int, running: list[str]) -> None:
+    def phase(self, text: str) -> None:
         if self.bar is not None:
-            current = "running " + ", ".join(running[:3]) + (" ..." if len(running) > 3 else "") if running else ""
-            self.bar.update(self.task, completed=done, current=current)
+            self.bar.update(self.task, current=text)
+
+    def points(self, done: int, running: list[str]) -> None:
+        more = " ..." if len(running) > 3 else ""
+        self.phase("running " + ", ".join(running[:3]) + more if running else "simulating")
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done)
 
     def __exit__(self, *exc: Any) -> None:
         if self.bar is not None:
@@ -447,8 +458,10 @@ def analyse_runs(spark: Any, sweep: Sweep, results: list[dict[str, Any]]) -> dic
     runs = list(points)
     meta, net = runs_meta(spark, runs), read_net(spark, runs)
     load = _load_table(per_member_load(net, meta).toPandas(), _busiest_member(net, meta).toPandas(), points)
+    if not any("crash" in fault for p in points.values() for fault in p.raw.get("faults", [])):
+        return {"load": _records(load), "detection": [], "fits": {"load": _load_fits(load), "detection": []}}
     # Only the kinds detection needs: the send and deliver rows are most of a trace.
-    events = read_events(spark, runs).where(F.col("kind").isin(*_DETECTION_KINDS)).cache()
+    events = read_events(spark, runs).where(F.col("kind").isin(*_DETECTION_KINDS))
     detection = detection_times(events, meta).withColumnsRenamed({"node": "victim", "t": "at"})
     detection = _detection_table(detection.toPandas(), points)
     fits = {"load": _load_fits(load), "detection": _detection_fits(detection)}
@@ -760,14 +773,17 @@ def run_sweep(path: str | Path, out: str | Path, *, master: str | None = None, p
         raise UsageError(f"--parallel: must be at least 1, got {parallel}")
     sweep = load_sweep(path)
     out = _prepare_dir(Path(out))
-    spark = _spark(master or (f"local[{parallel}]" if parallel else None))
-    show = sys.stderr.isatty() if progress is None else progress
-    results = run_tasks(spark, [task_of(p, out, sweep.net_bucket) for p in sweep.points], show)
-    simulated = time.perf_counter()
-    analysis = analyse_runs(spark, sweep, results)
-    metrics = {"sweep": _sweep_record(sweep, results, spark, started, simulated, path, out),
-               "runs": _run_records(sweep, results), **analysis}
-    plots = write_plots(out, metrics)
+    with SweepProgress(len(sweep.points), sys.stderr.isatty() if progress is None else progress) as bar:
+        bar.phase("starting Spark")
+        spark = _spark(master or (f"local[{parallel}]" if parallel else None))
+        results = run_tasks(spark, [task_of(p, out, sweep.net_bucket) for p in sweep.points], bar)
+        simulated = time.perf_counter()
+        bar.phase("analysing the runs with Spark")
+        analysis = analyse_runs(spark, sweep, results)
+        metrics = {"sweep": _sweep_record(sweep, results, spark, started, simulated, path, out),
+                   "runs": _run_records(sweep, results), **analysis}
+        bar.phase("plotting")
+        plots = write_plots(out, metrics)
     metrics["sweep"]["wall_seconds"] = time.perf_counter() - started
     _write_json(out / "metrics.json", metrics)
     report = write_report(out, metrics, plots)
