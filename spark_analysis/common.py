@@ -56,4 +56,5 @@ def rolled_back(events: DataFrame) -> DataFrame:
 
 def without_rolled_back(rows: DataFrame, events: DataFrame) -> DataFrame:
     """``rows`` minus those of rolled-back messages (checks.py's _without_rolled_back)."""
-    return rows.join(rolled_back(events), MESSAGE, "left_anti")
+    # broadcast: rollbacks are rare, and a shuffle of every delivery here would be repeated per use
+    return rows.join(F.broadcast(rolled_back(events)), MESSAGE, "left_anti")

@@ -106,9 +106,8 @@ def check_run(run: str) -> dict[str, Any]:
 def _conform(df: DataFrame, columns: dict[str, T.DataType]) -> DataFrame:
     """Cast the known columns and add missing ones as typed nulls (extra columns stay)."""
     present = set(df.columns)
-    for name, dtype in columns.items():
-        df = df.withColumn(name, F.col(name).cast(dtype) if name in present else F.lit(None).cast(dtype))
-    return df
+    known = [(F.col(n).cast(d) if n in present else F.lit(None).cast(d)).alias(n) for n, d in columns.items()]
+    return df.select(*known, *[c for c in df.columns if c not in columns])
 
 
 def _union(frames: Iterable[DataFrame]) -> DataFrame:
@@ -118,10 +117,10 @@ def _union(frames: Iterable[DataFrame]) -> DataFrame:
 def _read_events_one(spark: SparkSession, run: str) -> DataFrame:
     parts = _parts(Path(run) / "events")
     index = F.create_map(*[F.lit(x) for i, name in enumerate(parts) for x in (name, i)])
-    df = spark.read.parquet(str(Path(run) / "events"))
+    df = spark.read.parquet(str(Path(run) / "events")).select("*", "_metadata")
     part = F.coalesce(index[F.col("_metadata.file_name")], F.lit(0)).cast("long")
     pos = F.shiftleft(part, ROW_INDEX_BITS) + F.col("_metadata.row_index")
-    return _conform(df, EVENT_COLUMNS).withColumn("pos", pos).withColumn("run", F.lit(run))
+    return _conform(df, EVENT_COLUMNS).withColumn("pos", pos).withColumn("run", F.lit(run)).drop("_metadata")
 
 
 def read_events(spark: SparkSession, runs: list[str]) -> DataFrame:

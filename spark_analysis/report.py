@@ -1,0 +1,265 @@
+"""``sgcs analyze``: every job over one or more runs, written as report.md, metrics.json and PNGs.
+
+Theory of operation
+-------------------
+``analyze`` checks every run directory first (bad input is a UsageError
+before Spark starts), then reads the runs into one events, one net and one
+(optional) stats DataFrame with a ``run`` column, persists the events (every
+job scans them), and runs the jobs in a fixed order: row counts, latency,
+reliability, invariants, failure detection, load, view changes and
+occupancy. Each job reduces the trace to a small table that is collected
+with ``toPandas``; nothing proportional to the trace leaves Spark.
+
+The results form one JSON-ready dict, ``{"runs": {run: metrics}, ...}``,
+written as ``metrics.json``; ``report.md`` shows the same figures as
+tables, with the plots from plots.py next to it.
+
+Where the report goes: ``RUN/report/`` for one run. Several runs are one
+comparison that belongs to none of them, so they need ``out``: a UsageError
+says so rather than writing into the first run's directory.
+
+``progress(label)`` is called before each job, for the command's progress
+display. ``headline(metrics)`` gives the few figures the command prints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from sgcs.errors import UsageError
+
+from . import plots
+from .readers import check_run
+
+DIGITS = 6
+Progress = Callable[[str], None]
+
+
+def _clean(value: Any) -> Any:
+    """JSON-ready: numpy scalars to Python, NaN to None, floats rounded to DIGITS decimals."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _clean(value.tolist())
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else round(value, DIGITS)
+    return value
+
+
+def _records(df: Any, run: str, drop: tuple[str, ...] = ("run",)) -> list[dict[str, Any]]:
+    rows = df[df["run"] == run].drop(columns=[c for c in drop if c in df.columns])
+    return [_clean(r) for r in rows.to_dict("records")]
+
+
+def output_dir(runs: list[str], out: str | None) -> Path:
+    if out is not None:
+        return Path(out)
+    if len(runs) == 1:
+        return Path(runs[0]) / "report"
+    raise UsageError("several runs need --out DIR (a comparison belongs to none of the runs)")
+
+
+class _Jobs:
+    """Runs the jobs over the shared DataFrames, collecting per-run metrics and plot tables."""
+
+    def __init__(self, spark: Any, runs: list[str], progress: Progress) -> None:
+        from . import readers
+        from .invariants import prepare
+
+        self.spark, self.runs, self.progress = spark, runs, progress
+        self.meta_df = readers.runs_meta(spark, runs)
+        self.events = prepare(readers.read_events(spark, runs)).persist()
+        self.net = readers.read_net(spark, runs)
+        self.stats = readers.read_stats(spark, runs)
+        self.metrics: dict[str, dict[str, Any]] = {run: {} for run in runs}
+        self.tables: dict[str, Any] = {}
+
+    def put(self, section: str, per_run: Callable[[str], Any]) -> None:
+        for run in self.runs:
+            self.metrics[run][section] = per_run(run)
+
+    def meta_and_rows(self) -> None:
+        self.progress("reading traces")
+        meta = self.meta_df.drop("scenario", "pauses", "orders").toPandas()
+        from pyspark.sql import functions as F
+
+        counts = {"events": self.events.groupBy("run").count(), "net": self.net.groupBy("run").count()}
+        if self.stats is not None:
+            counts["stats"] = self.stats.groupBy("run").count()
+        rows = {name: dict(df.rdd.map(tuple).collect()) for name, df in counts.items()}
+        kinds = self.events.groupBy("run", "kind").agg(F.count("*").alias("n")).toPandas()
+        self.put("meta", lambda run: _records(meta, run)[0])
+        self.put("rows", lambda run: {name: rows.get(name, {}).get(run) for name in ("events", "net", "stats")}
+                 | {"by_kind": {k: int(n) for k, n in zip(kinds[kinds.run == run]["kind"],
+                                                          kinds[kinds.run == run]["n"])}})
+
+    def latency(self) -> None:
+        from .latency import delivery_latencies, latency_cdf, latency_summary
+
+        self.progress("latency")
+        latencies = delivery_latencies(self.events)
+        summary = latency_summary(latencies).toPandas()
+        self.tables["latency_cdf"] = latency_cdf(latencies).toPandas()
+        self.put("latency", lambda run: {r.pop("order"): r for r in _records(summary, run)})
+
+    def reliability(self) -> None:
+        from .reliability import BINS, per_message, reliability_histogram, reliability_summary
+
+        self.progress("reliability")
+        messages = per_message(self.events).persist()
+        summary = reliability_summary(messages).toPandas()
+        hist = reliability_histogram(messages).toPandas()
+        messages.unpersist()
+        self.tables["reliability_hist"], self.tables["reliability_bins"] = hist, BINS
+        self.put("reliability", lambda run: (_records(summary, run) or [{"messages": 0}])[0]
+                 | {"histogram": _records(hist, run)})
+
+    def invariants(self) -> None:
+        from .invariants import check_invariants
+
+        found = check_invariants(self.events, self.runs, progress=lambda key: self.progress(f"invariant {key}"))
+        self.put("invariants", lambda run: _clean(found[run]))
+
+    def detection(self) -> None:
+        from .detection import detection_times, false_suspicions
+
+        self.progress("failure detection")
+        crashes = detection_times(self.events, self.meta_df).toPandas()
+        false = false_suspicions(self.events, self.meta_df).toPandas()
+        self.put("detection", lambda run: {"crashes": _records(crashes, run),
+                                           "false_suspicions": (_records(false, run) or [{}])[0]})
+
+    def load(self) -> None:
+        from .load import per_member_load, total_load
+
+        self.progress("load per member")
+        load = per_member_load(self.net, self.meta_df).persist()
+        by_type, total = load.toPandas(), total_load(load).toPandas()
+        load.unpersist()
+        self.tables["load"] = by_type
+        self.put("load", lambda run: {"total": (_records(total, run, ("run", "nodes")) or [{}])[0],
+                                      "by_msg_type": {r.pop("msg_type"): r for r in
+                                                      _records(by_type, run, ("run", "nodes"))}})
+
+    def views(self) -> None:
+        from .views import blocked_spans, blocked_summary, view_change_summary, view_changes, view_counts
+
+        self.progress("view changes")
+        changes = view_changes(self.events).toPandas()
+        spans = blocked_spans(self.events).persist()
+        blocked, spans_pd = blocked_summary(spans).toPandas(), spans.select("run", "started", "span").toPandas()
+        spans.unpersist()
+        counts = view_counts(self.events).toPandas()
+        summary = changes.groupby("run").agg(changes=("view_id", "size"), to_first_median_s=("to_first_s", "median"),
+                                             to_all_median_s=("to_all_s", "median"), to_all_max_s=("to_all_s", "max"))
+        self.tables["view_changes"], self.tables["blocked_spans"] = changes, spans_pd
+        self.put("views", lambda run: {
+            "changes": _clean(summary.loc[run].to_dict()) | {"changes": int(summary.loc[run, "changes"])}
+            if run in summary.index else {"changes": 0},
+            "blocked": (_records(blocked, run) or [{"changes": 0}])[0],
+            "counts": (_records(counts, run) or [{}])[0],
+            "change_list": _records(changes, run)[:50]})
+
+    def occupancy(self) -> None:
+        from .occupancy import occupancy_over_time, occupancy_summary
+
+        self.progress("occupancy")
+        if self.stats is None:
+            self.tables["occupancy"] = None
+            self.put("occupancy", lambda run: "not recorded")
+            return
+        summary = occupancy_summary(self.stats).toPandas()
+        self.tables["occupancy"] = occupancy_over_time(self.stats).toPandas()
+        recorded = set(summary["run"])
+        self.put("occupancy", lambda run: {r.pop("group"): r for r in _records(summary, run)}
+                 if run in recorded else "not recorded")
+
+    def run_all(self) -> None:
+        for job in (self.meta_and_rows, self.latency, self.reliability, self.invariants, self.detection,
+                    self.load, self.views, self.occupancy):
+            job()
+        self.events.unpersist()
+
+
+def _plots(tables: dict[str, Any], out: Path) -> dict[str, str | None]:
+    return {
+        "latency_cdf": plots.latency_cdf(tables["latency_cdf"], out),
+        "reliability": plots.reliability_histogram(tables["reliability_hist"], tables["reliability_bins"], out),
+        "load_by_type": plots.load_by_type(tables["load"], out),
+        "occupancy": plots.occupancy(tables["occupancy"], out),
+        "view_changes": plots.view_changes(tables["view_changes"], tables["blocked_spans"], out),
+    }
+
+
+def analyze(runs: list[str], out: str | None = None, master: str | None = None,
+            progress: Progress | None = None) -> dict[str, Any]:
+    """Run every job over ``runs``; write report.md, metrics.json and the plots; return the metrics."""
+    if not runs:
+        raise UsageError("no run directory given")
+    for run in runs:
+        check_run(run)
+    target = output_dir(runs, out)
+    say = progress or (lambda label: None)
+    started = time.monotonic()
+    say("starting Spark")
+    from .session import spark_session
+
+    spark = spark_session(master)
+    jobs = _Jobs(spark, runs, say)
+    jobs.run_all()
+    say("writing the report")
+    target.mkdir(parents=True, exist_ok=True)
+    figures = _plots(jobs.tables, target)
+    metrics = {"runs": jobs.metrics, "plots": figures, "spark_master": spark.sparkContext.master,
+               "wall_seconds": round(time.monotonic() - started, 3)}
+    metrics = _clean(metrics)
+    (target / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str) + "\n")
+    from .markdown import render
+
+    (target / "report.md").write_text(render(metrics))
+    metrics["out"] = str(target)
+    return metrics
+
+
+def headline(metrics: dict[str, Any]) -> list[str]:
+    """A few lines per run: latency p50/p99 per order, reliability, invariants, load."""
+    lines = []
+    for run, m in metrics["runs"].items():
+        lat = ", ".join(f"{order} p50 {_ms(v.get('p50'))} p99 {_ms(v.get('p99'))}"
+                        for order, v in m.get("latency", {}).items()) or "no deliveries"
+        rel = m.get("reliability", {})
+        bad = sum(v["count"] for v in m.get("invariants", {}).values())
+        total = m.get("load", {}).get("total", {})
+        lines += [f"{run}: {m['rows']['events']:,} events, {m['meta'].get('nodes')} nodes",
+                  f"  latency: {lat}",
+                  f"  reliability: mean {_num(rel.get('mean'), 4)}, {_pct(rel.get('full_fraction'))} of "
+                  f"{rel.get('messages', 0)} messages reached every live member",
+                  f"  invariant violations: {bad}" + _failing(m.get("invariants", {})),
+                  f"  load per member: {_num(total.get('msgs_per_member_per_s'), 1)} msgs/s, "
+                  f"{_num(total.get('bytes_per_member_per_s'), 0)} B/s sent"]
+    return lines
+
+
+def _failing(invariants: dict[str, Any]) -> str:
+    keys = [f"{k} {v['count']}" for k, v in invariants.items() if v["count"]]
+    return f" ({', '.join(keys)})" if keys else ""
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
