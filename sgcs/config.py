@@ -80,13 +80,13 @@ class Config:
     beacon_interval: float = 1.0
     """Seconds between discovery beacons while a group's members are not given."""
     gossip_interval: float = 0.1
-    """Seconds between PSRM digests to one partner of the partial view."""
+    """Seconds between PSRM digests (with stability gossip) to one hypercube partner."""
     nack_delay: float = 0.01
     """Seconds from detecting a loss to the first NACK (jittered x0.5..1.5), then doubling."""
     nack_backoff_max: float = 1.0
     """Longest wait between two NACKs for the same gap, seconds."""
     ack_interval: float = 0.1
-    """An idle member multicasts its new ACKs (a null message) after this many seconds."""
+    """In ordered groups, an idle member multicasts its new ACKs (its promise) after this many seconds."""
     window_max: int = 4_096
     """Unstable messages (all senders) at which application sends wait."""
     send_delay_min: float = 0.0
@@ -97,8 +97,6 @@ class Config:
     """Largest application message in bytes; larger ones are fragmented up to this."""
     flush_delay: float = 0.0
     """Seconds a multicast may wait to share a datagram with the next ones (batching)."""
-    shuffle_rounds: int = 10
-    """Gossip rounds between re-samplings of the O(log N) partial view."""
     nack_enabled: bool = True
     """False: repair by gossip only (to measure plain PSRM)."""
     gossip_enabled: bool = True
@@ -175,7 +173,6 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
     ("send_delay_scale", (int, float), 0.0, 10.0),
     ("max_message", int, 1, 1 << 30),
     ("flush_delay", (int, float), 0.0, 1.0),
-    ("shuffle_rounds", int, 1, 1_000_000),
     ("suspect_factor", (int, float), 1.0, 1_000.0),
     ("probe_count", int, 1, 100),
     ("probe_interval", (int, float), 0.001, 60.0),

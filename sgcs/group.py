@@ -34,7 +34,7 @@ from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, V
 from .membership.roster import roster_of
 from .ordering.total import OrderedMessage, OrderingLayer
 from .transport.framing import ack_budget, entries_budget, fragment_size, pack
-from .transport.records import Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
+from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
 from .transport.reliable import ReliableStream, TransportParams
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
 from .wire import (
@@ -43,6 +43,7 @@ from .wire import (
     Flag,
     MsgType,
     decode_control_untrusted,
+    encode_digest,
     encode_entries,
     encode_nack,
     encode_records,
@@ -62,7 +63,7 @@ def build_params(config: Config) -> TransportParams:
         nack_backoff_max=config.nack_backoff_max, ack_interval=config.ack_interval,
         window_max=config.window_max, send_delay_min=config.send_delay_min,
         send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
-        max_message=config.max_message, shuffle_rounds=config.shuffle_rounds,
+        max_message=config.max_message,
         digest_max_entries=min(64, entries), max_acks=ack_budget(config.max_datagram),
         nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
         flush_delay=config.flush_delay, max_datagram=config.max_datagram,
@@ -84,8 +85,9 @@ class GroupStack:
         self.agreement = ViewAgreement(me, initial, view_timeout, now, self.tag, epoch=1 if len(initial) > 1 else 0)
         self.optimistic = optimistic
         if order is not Order.FIFO:
-            # a message must list every ACK gathered before it (its causal past)
-            params = dataclasses.replace(params, max_acks=1 << 20)
+            # a message must list every ACK gathered before it (its causal past),
+            # and idle members promise by multicasting their ACKs (nulls)
+            params = dataclasses.replace(params, max_acks=1 << 20, ack_nulls=True)
         self.ordering = self._new_ordering({})
         self.released: list[Message] = []
         """Messages the ordering layer let go, for the node to deliver."""
@@ -233,7 +235,6 @@ class GroupStack:
         newcomers = tuple(m for m in new if m not in old)
         self.stream.stability_cap = None
         self.stream.set_members(new, starts={m: commit.cut.get(m, 0) for m in newcomers})
-        self.stream.raise_floors(commit.cut, newcomers)
         for member in old.members:
             if member not in new:
                 self.unicast.forget(member)
@@ -411,9 +412,10 @@ class GroupStack:
     def _release(self, messages: list[Message]) -> None:
         self.released += messages
 
-    def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float) -> list:
+    def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float,
+                   aggregate: tuple[int, int, tuple[tuple[int, int], ...]] | None = None) -> list:
         if msg_type is MsgType.DIGEST:
-            outputs = self.stream.on_digest(src, entries, now)
+            outputs = self.stream.on_digest(src, entries, now, None if aggregate is None else Aggregate(*aggregate))
             if self.ordering is not None and any(sender == self.me for sender, _ in entries):
                 self._promise_requested = True  # a member waits for our promise
                 outputs.append(OutNull(src, ()))
@@ -484,7 +486,9 @@ class GroupStack:
         return [(MsgType.NACK, out.dst, Flag.NONE, encode_nack(self.tag, out.sender, out.ranges, out.pull))]
 
     def _digest(self, out: OutDigest) -> list[Frame]:
-        return [(MsgType.DIGEST, out.dst, Flag.NONE, encode_entries(self.tag, out.entries))]
+        aggregate = out.aggregate
+        wire = None if aggregate is None else (aggregate.level, aggregate.roster, aggregate.floors)
+        return [(MsgType.DIGEST, out.dst, Flag.NONE, encode_digest(self.tag, out.entries, wire))]
 
     def _null(self, out: OutNull) -> list[Frame]:
         return [(MsgType.NULL, out.dst, Flag.NONE, encode_entries(self.tag, out.acks))]

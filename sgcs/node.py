@@ -67,6 +67,7 @@ from .wire import (
     decode_control_untrusted,
     decode_datagram_untrusted,
     decode_heartbeat_untrusted,
+    decode_digest_untrusted,
     decode_entries_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
@@ -329,6 +330,14 @@ class Node:
         ordered = [] if state.ordering is None else state.ordering.waiting_ids()
         return {"view_change": [(m.sender, m.seq) for m in state.held], "order": ordered}
 
+    def occupancy(self, group: str) -> tuple[int, int]:
+        """(messages held here: unstable records plus those waiting for a view
+        change or their order; the flow window: unstable records)."""
+        state = self._group(group)
+        window = state.stream.window()
+        waiting = 0 if state.ordering is None else len(state.ordering.waiting_ids())
+        return window + len(state.held) + waiting, window
+
     def changing_view(self, group: str) -> bool:
         """A view change of ``group`` is under way here: sends are optimistic."""
         return self._group(group).limits is not None
@@ -403,11 +412,15 @@ class Node:
         return out
 
     def _on_entries(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
-        tag, entries = decode_entries_untrusted(body)
+        aggregate = None
+        if header.msg_type is MsgType.DIGEST:
+            tag, entries, aggregate = decode_digest_untrusted(body)
+        else:
+            tag, entries = decode_entries_untrusted(body)
         state = self._member_group(tag)
         out: list[Action] = []
         if state is not None:
-            self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now))
+            self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now, aggregate))
             for message in state.take_released():
                 self._deliver(out, state, message, None)
             if state.happenings:

@@ -183,7 +183,8 @@ def decode_leave_untrusted(body: bytes) -> LeaveMsg:
 # acks     := count varint, then per entry: sender delta varint (sorted senders), high varint
 # records  := group_tag Q | count H | record*           (DATA, RETRANSMIT, GOSSIP)
 # ranges   := group_tag Q | sender Q | pull B | count B | (low Q, high Q)*   (NACK)
-# entries  := group_tag Q | acks                           (DIGEST, NULL, STABLE)
+# entries  := group_tag Q | acks                           (NULL, STABLE)
+# digest   := entries [| level B | roster I | acks]         (DIGEST; the optional part: stability gossip)
 
 MAX_RECORDS = 1_024
 MAX_ACKS = 8_192
@@ -322,6 +323,38 @@ def decode_entries_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], 
     if end != len(body):
         raise DecodeError("length", "trailing bytes")
     return tag, entries
+
+
+_AGGREGATE = struct.Struct("!BI")
+MAX_LEVEL = 63
+
+
+def encode_digest(tag: int, entries: "tuple[tuple[int, int], ...]",
+                  aggregate: "tuple[int, int, tuple[tuple[int, int], ...]] | None") -> bytes:
+    body = encode_entries(tag, entries)
+    if aggregate is None:
+        return body
+    level, roster, floors = aggregate
+    return body + _AGGREGATE.pack(level, roster) + encode_acks(floors)
+
+
+def decode_digest_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], ...], tuple[int, int, tuple[tuple[int, int], ...]] | None]":
+    """(group tag, entries, (level, roster, floors) or None)."""
+    if len(body) < _TAG.size + 1:
+        raise DecodeError("length", "digest")
+    (tag,) = _TAG.unpack_from(body)
+    entries, end = decode_acks_untrusted(body, _TAG.size)
+    if end == len(body):
+        return tag, entries, None
+    if len(body) < end + _AGGREGATE.size + 1:
+        raise DecodeError("length", "digest aggregate")
+    level, roster = _AGGREGATE.unpack_from(body, end)
+    if level > MAX_LEVEL:
+        raise DecodeError("body", f"aggregate level {level}")
+    floors, end = decode_acks_untrusted(body, end + _AGGREGATE.size)
+    if end != len(body):
+        raise DecodeError("length", "trailing bytes")
+    return tag, entries, (level, roster, floors)
 
 
 _DEST = struct.Struct("!Q")

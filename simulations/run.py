@@ -83,7 +83,7 @@ class RunSummary:
             f"mean reliability {self.reliability:.4f}; {self.held:,} sends waited for flow control",
             f"repairs: {self.repaired_by_nack:,} by NACK, {self.repaired_by_gossip:,} by gossip; "
             f"{self.retransmissions:,} retransmissions, {self.nacks:,} NACKs; peak buffer {self.peak_buffered:,} records",
-            f"trace: {self.out} (meta.json, events/, net/)",
+            f"trace: {self.out} (meta.json, events/, net/, stats/)",
         ))
 
 
@@ -129,7 +129,7 @@ def prepare_out(out: Path) -> None:
     if out.is_dir() and any(out.iterdir()):
         if not (out / "meta.json").is_file():
             raise UsageError(f"--out {out}: directory is not empty and holds no sgcs trace; choose a new directory")
-        for stale in ("events", "net"):
+        for stale in ("events", "net", "stats"):
             shutil.rmtree(out / stale, ignore_errors=True)
         (out / "summary.json").unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)

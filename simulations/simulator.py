@@ -58,7 +58,7 @@ from .engine import APP, ARRIVE, RETRY, TIMER, Engine
 from .lifecycle import FAULT_HANDLERS, start_run
 from .network import Network
 from .scenario import GroupSpec, Scenario
-from .trace import EventsWriter, NetCounters
+from .trace import EventsWriter, NetCounters, StatsWriter
 
 MAX_BUCKETS = 10_000_000
 
@@ -139,6 +139,7 @@ class Simulator:
         self.network = Network(scenario.network, scenario.seed, count)
         self.events = EventsWriter(out / "events")
         self.net = NetCounters(out / "net", count)
+        self.stats = StatsWriter(out / "stats")
         self.net_bucket = net_bucket
         self.bucket_start = 0.0
         self.counters = Counters()
@@ -184,6 +185,7 @@ class Simulator:
             ) from exc
         self.events.close()
         self.net.close(self.bucket_start)
+        self.stats.close()
 
     def new_node(self, node_id: int) -> Node:
         """A fresh Node for the next incarnation of ``node_id``."""
@@ -313,6 +315,10 @@ class Simulator:
     def _bucket(self, t: float, _: int, start: float, __: Any) -> None:
         self.net.roll(start)
         self.bucket_start = t
+        for node_id, node in enumerate(self.nodes):
+            if node is not None:
+                for name in node.groups:
+                    self.stats.add(t, node_id, name, *node.occupancy(name))
 
     # ------------------------------------------------------------ actions
 

@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-A run directory holds ``meta.json``, ``events/`` and ``net/``; the two
+A run directory holds ``meta.json``, ``events/``, ``net/`` and ``stats/`` (occupancy
+samples, a column set added to schema 1); the three
 datasets are Parquet part files (``part-00000.parquet``...) so that Spark,
 pandas and pyarrow read them as one table each.
 
@@ -200,6 +201,41 @@ class EventsWriter:
         values = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
         return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int64()),
                                         type=pa.list_(pa.int64()), mask=pa.array(missing, pa.bool_()))
+
+
+def stats_schema() -> Any:
+    pa, _ = pyarrow_modules()
+    return pa.schema([("t", pa.float64()), ("node", pa.int64()), ("group", pa.string()),
+                      ("buffered", pa.int64()), ("window", pa.int64())],
+                     metadata={"sgcs.schema": str(SCHEMA_VERSION)})
+
+
+class StatsWriter:
+    """Per-node, per-group occupancy samples, written to ``RUN/stats/``: at
+    every bucket boundary ``t``, the messages a node holds (``buffered``) and
+    its flow-control window (``window``: records not yet stable)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._pa, _ = pyarrow_modules()
+        self._schema = stats_schema()
+        self._parts = _PartWriter(directory, self._schema)
+        self._rows: list[list[Any]] = [[] for _ in self._schema]
+
+    def add(self, t: float, node: int, group: str, buffered: int, window: int) -> None:
+        for column, value in zip(self._rows, (t, node, group, buffered, window)):
+            column.append(value)
+        if len(self._rows[0]) >= ROW_BUDGET:
+            self._write()
+
+    def close(self) -> None:
+        self._write()
+        self._parts.close([self._pa.array([], field.type) for field in self._schema])
+
+    def _write(self) -> None:
+        if self._rows[0]:
+            columns = [self._pa.array(values, field.type) for values, field in zip(self._rows, self._schema)]
+            self._parts.write(columns)
+            self._rows = [[] for _ in self._schema]
 
 
 class NetCounters:

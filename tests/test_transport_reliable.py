@@ -12,7 +12,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from sgcs.transport.records import OutDigest, OutNack, OutNull, OutRecords, OutStable
+from sgcs.membership.roster import roster_of
+from sgcs.transport.records import Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
 from sgcs.transport.reliable import ReliableStream, TransportParams
 
 PARAMS = TransportParams(fragment_size=16, window_max=256)
@@ -42,7 +43,7 @@ class Network:
         elif isinstance(out, OutNack):
             self.route(dst, stream.on_nack(src, out.sender, out.ranges, out.pull))
         elif isinstance(out, OutDigest):
-            self.route(dst, stream.on_digest(src, out.entries, now))
+            self.route(dst, stream.on_digest(src, out.entries, now, out.aggregate))
         elif isinstance(out, OutNull):
             stream.on_acks(src, out.acks, now)
         elif isinstance(out, OutStable):
@@ -133,10 +134,35 @@ def test_excluding_a_silent_member_releases_the_window() -> None:
     stream = ReliableStream(1, (1, 2, 3), TransportParams(window_max=8), random.Random(1), 0.0)
     for _ in range(8):
         stream.send(b"x", 0.0)
-    stream.on_acks(2, ((1, 8),), 0.1)
-    assert stream.send_delay() is None  # member 3 has not ACKed
+    # positions 1, 2, 3: our level-1 predecessor is 2 (window {2, 1}), level 0 is 3
+    stream.on_digest(2, (), 0.1, Aggregate(1, roster_of((1, 2, 3)).tag, ((1, 8),)))
+    assert stream.send_delay() is None  # member 3 has not said it holds them
     stream.set_members((1, 2))
+    stream.on_digest(2, (), 0.2, Aggregate(0, roster_of((1, 2)).tag, ((1, 8),)))
     assert stream.window() == 0 and stream.send_delay() == 0.0
+
+
+def test_stability_gossip_from_another_roster_or_position_is_ignored() -> None:
+    stream = ReliableStream(1, (1, 2), TransportParams(window_max=8), random.Random(1), 0.0)
+    stream.send(b"x", 0.0)
+    stream.on_digest(2, (), 0.1, Aggregate(0, roster_of((1, 2, 3)).tag, ((1, 1),)))  # another view
+    stream.on_digest(2, (), 0.1, Aggregate(1, roster_of((1, 2)).tag, ((1, 1),)))  # no such level
+    assert stream.window() == 1
+    stream.on_digest(2, (), 0.1, Aggregate(0, roster_of((1, 2)).tag, ((1, 1),)))
+    assert stream.window() == 0
+
+
+def test_stability_gossip_goes_to_the_hypercube_targets() -> None:
+    members = tuple(range(10))
+    stream = ReliableStream(3, members, TransportParams(gossip_interval=0.1), random.Random(1), 0.0)
+    stream.send(b"x", 0.0)
+    targets = {}
+    for round_ in range(1, 9):
+        now = round_ * 0.1 + 0.05
+        for out in stream.on_timeout(now):
+            if isinstance(out, OutDigest):
+                targets[out.aggregate.level] = out.dst
+    assert targets == {0: 4, 1: 5, 2: 7, 3: 1}  # 3 + 2**k mod 10, k < ceil(log2 10)
 
 
 def test_large_message_is_fragmented_and_reassembled() -> None:

@@ -169,8 +169,8 @@ class ViewAgreement:
         return self.accepted is not None
 
     def coordinator(self) -> int:
-        live = [m for m in self.view.members if m not in self.failed and m not in self.leaving]
-        return min(live) if live else self.me
+        # members are sorted: the first live one is the lowest (no O(N) copy per call)
+        return next((m for m in self.view.members if m not in self.failed and m not in self.leaving), self.me)
 
     def wanted(self) -> set[int]:
         keep = {m for m in self.view.members if m not in self.failed and m not in self.leaving}

@@ -15,6 +15,7 @@ containers; the id array is flagged read-only to catch that.
 
 from __future__ import annotations
 
+import hashlib
 import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -35,6 +36,8 @@ class Roster:
     index: dict[int, int]
     """Member id -> position in ``members``. Read-only."""
     ids: np.ndarray
+    tag: int
+    """A 32-bit hash of the list: gossip about positions is only merged between equal rosters."""
     _view_ids: dict[int, str] = field(default_factory=dict)
 
     def view_id(self, epoch: int, name: Callable[[int, tuple[int, ...]], str]) -> str:
@@ -74,7 +77,8 @@ def _interned(key: tuple[int, ...]) -> Roster:
         return _interned(ordered)  # an unsorted key maps to the sorted list's roster
     ids = np.array(ordered, dtype=np.int64)
     ids.flags.writeable = False
-    roster = Roster(ordered, frozenset(ordered), {m: i for i, m in enumerate(ordered)}, ids)
+    tag = int.from_bytes(hashlib.blake2b(ids.tobytes(), digest_size=4).digest(), "big")
+    roster = Roster(ordered, frozenset(ordered), {m: i for i, m in enumerate(ordered)}, ids, tag)
     _BY_TUPLE_ID[id(ordered)] = roster  # the roster keeps the tuple alive, so the id stays unique
     return roster
 

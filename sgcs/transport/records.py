@@ -80,17 +80,29 @@ class OutNack:
 
 
 @dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Stability gossip of hypercube round ``level``: per sender, the lowest
+    number held by the 2**level members ending at the gossiping member (by
+    position in the roster whose hash is ``roster``)."""
+
+    level: int
+    roster: int
+    floors: tuple[Ack, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class OutDigest:
     """Tell partner ``dst`` how far we have received each listed sender."""
 
     dst: int
     entries: tuple[Ack, ...]
+    aggregate: Aggregate | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OutNull:
-    """An idle member's ACKs for the stream of member ``dst``, sent to it alone:
-    the sender gathers its stream's ACKs and announces what became stable."""
+    """An idle member's ACKs for the stream of member ``dst`` (ordered groups
+    turn them into one multicast promise)."""
 
     dst: int
     acks: tuple[Ack, ...]
@@ -99,8 +111,7 @@ class OutNull:
 @dataclass(frozen=True, slots=True)
 class OutStable:
     """Every member has received each listed sender up to the given number, so
-    those records may be dropped. ``dst`` None: a sender's multicast
-    announcement of its own stream; otherwise a reply to a lagging digest."""
+    those records may be dropped: a reply to a digest that lags on stability."""
 
     dst: int | None
     entries: tuple[Ack, ...]

@@ -13,32 +13,33 @@ mechanisms then make delivery exactly-once and FIFO per sender:
   sender, then any member known to hold it (its ACKs said so). One NACK timer
   per sender, with a jittered first delay and exponential backoff, keeps
   request storms down; any holder answers from its buffer.
-* **PSRM gossip.** Every ``gossip_interval`` a member sends a digest (per
-  sender: highest contiguous number) to one partner drawn from a partial view
-  of about log2(N) members, re-sampled every ``shuffle_rounds`` rounds. The
-  partner pushes what the digest lacks and pulls what it lacks itself. We use
-  a periodically re-sampled random subset rather than SCAMP: every member holds
-  the full view anyway (virtual synchrony needs it), so a decentralised
-  subscription protocol would add traffic and buy nothing.
+* **PSRM gossip.** Every ``gossip_interval`` a member that holds unstable
+  records sends a digest (per sender: highest contiguous number) to one
+  partner: in round r, the member ``2**k`` positions after it in the view
+  (k = r mod ceil(log2 N)), so its partners are the log2 N hypercube
+  targets, a partial view of O(log N) members. The partner pushes what the
+  digest lacks and pulls what it lacks itself.
 
 **ACKs and stability.** Each record carries the ACKs its sender gathered since
 its previous send (a delta: only streams that advanced); these edges are the
-causal graph. An idle member sends its ACK for a stream to that stream's
-sender alone (a unicast null message, ``ack_interval`` after the stream
-advanced), so an ACK costs one reception instead of N. A member keeps only
-what it needs, O(N) and not O(N²): the ACK column of its *own* stream (the
-highest contiguous number each member is known to have), whose minimum is its
-stable prefix; it announces that prefix in one small multicast (at most once
-per ``ack_interval``), and every buffer then drops those records. Of other
-streams it keeps the announced stable prefix, a few holder hints per stream
-(members whose ACKs showed they hold it: NACK targets), and, for members new
-to the view, their own ACKs, because an announcer still counting an older
-view does not vouch for them. A lost ACK
-would hold stability back, so every ``10 * ack_interval`` a sender whose
-older records are still unstable polls exactly the members whose ACKs it
-lacks (its digest, sent to each alone); they answer with their ACK and pull
-what they miss. Digests carry ACKs too, and a partner answers a digest whose
-streams it knows to be stable with a stability reply.
+causal graph, and they tell which members hold what (NACK targets). A
+message is stable when every member holds it, and at large N the ACKs of
+every member cannot all reach anyone: 10,000 receivers would each unicast an
+ACK per message. Instead the digests aggregate them (a dissemination
+all-reduce over the hypercube schedule, as in Hensgen, Finkel and Manber's
+dissemination barrier): the digest of level k carries, per sender, the
+lowest number held by the 2**k members ending at its sender; the receiver
+keeps the latest such value per level. The minimum of our own numbers and
+the values of levels 0..k-1 covers 2**k members; all ceil(log2 N) levels
+cover the view, and that minimum is the stable prefix: every buffer drops it.
+Numbers only grow and stored values are older, so the result is a lower
+bound: never too early, only late. Values are merged only between members
+with the same roster (hash of the member list), so a view change restarts
+the aggregation. A member keeps gossiping a sender for one more cycle after
+its prefix last became stable, so the members after it learn it too; a
+partner whose digest lags behind our stable prefix is told it directly.
+Ordered groups (``ack_nulls``) also send an idle member's ACKs as nulls,
+which become its multicast promise.
 
 **Flow control.** The window is the number of records, from all senders, held
 here and not yet stable. The send delay is ``send_delay_min`` at an empty
@@ -55,10 +56,9 @@ import math
 import random
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..membership.roster import Roster, roster_of
-from .records import EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Range, Record
+from .records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, Message, Out, OutDigest, OutNack, OutNull,
+                      OutRecords, OutStable, Range, Record)
 
 
 HOLDER_HINTS = 8
@@ -78,15 +78,15 @@ class TransportParams:
     """First NACK after a loss is detected: long enough for reordering to fill the gap."""
     nack_backoff_max: float = 1.0
     ack_interval: float = 0.1
-    """An idle member multicasts its new ACKs after this long without a send."""
+    """An idle member of an ordered group sends its new ACKs after this long without a send."""
+    ack_nulls: bool = False
+    """Send idle members' ACKs as null messages (ordered groups turn them into promises)."""
     window_max: int = 4_096
     send_delay_min: float = 0.0
     send_delay_scale: float = 0.001
     fragment_size: int = 1_200
     """Payload bytes per record."""
     max_message: int = 16 * 1024 * 1024
-    shuffle_rounds: int = 10
-    """Gossip rounds between re-samplings of the partial view."""
     push_budget: int = 64
     """Records answered per NACK or pushed per digest entry set."""
     digest_max_entries: int = 64
@@ -164,27 +164,27 @@ class ReliableStream:
         self._dirty: dict[int, int] = {}  # ACK delta since our last send (piggybacked)
         self._ack_due: dict[int, int] = {}  # streams whose sender has not yet heard our ACK
         self._ack_at: float | None = None
-        self._poll_target = 0  # our last record when we last polled laggards
-        self._refresh_at = now + 10 * params.ack_interval
-        self._announced = 0
-        self._announce_at: float | None = None
         self._next_gossip = now + params.gossip_interval * (0.5 + rng.random())
         self._round = 0
-        self._partial_view: list[int] = []
         self._counts = dict.fromkeys(
             ("sent", "received", "duplicates", "beyond_window", "nacks", "retransmissions", "pushes", "by_nack",
-             "by_gossip", "peak", "nulls", "polls"), 0
+             "by_gossip", "peak", "nulls"), 0
         )
         self._gc_due = False
-        self._last_announce = -1.0
+        """Every stream's stable prefix may have risen (``_gc_senders``: these streams')."""
+        self._gc_senders: set[int] = set()
         self.members: tuple[int, ...] = ()
         self._index: dict[int, int] = {}
         self._roster: Roster | None = None
-        self._own_acks: np.ndarray | None = None
-        """ACK of each member (by ``_index``) for our own stream; None until we send."""
-        self._announced_by: dict[int, int] = {}  # sender -> stable prefix it announced (clamped)
+        self._position = 0
+        self._levels: list[dict[int, int]] = []
+        """Stability gossip: per level k, per sender, the lowest number held by the
+        2**k members that end 2**k positions before us (the latest value heard)."""
+        self._others_floor: dict[int, int] = {}
+        """Per sender, the minimum over all levels: what the others are known to hold."""
+        self._linger: dict[int, int] = {}  # sender -> last round it stays in our digests
+        self._told: dict[int, int] = {}  # stable prefixes a partner told us
         self._holders: dict[int, dict[int, int]] = {}  # sender -> member -> highest it holds
-        self._newcomer_acks: dict[int, dict[int, int]] = {}  # member new to the view -> sender -> high
         self.stability_cap: dict[int, int] | None = None
         """During a view change: nothing past the snapshot (then the cut) becomes
         stable, since members new to the next view start there and may need it."""
@@ -202,8 +202,11 @@ class ReliableStream:
         old_roster = self._roster
         self._roster = roster_of(members).with_member(self.me)
         self.members, self._index = self._roster.members, self._roster.index
-        self._own_acks = self._remap_own_acks(old_roster)
-        self._partial_view = []
+        if self._roster is not old_roster:  # positions moved: aggregate afresh
+            n = len(self.members)
+            self._levels = [{} for _ in range(math.ceil(math.log2(n)) if n > 1 else 0)]
+            self._others_floor = {}
+            self._position = self._index[self.me]
         self._gc_due = True
         for sender in [s for s in {*self._store, *self._inbound} if s not in self._index]:
             self._forget_sender(sender)
@@ -214,42 +217,13 @@ class ReliableStream:
         for member, start in (starts or {}).items():
             if member in self._index:
                 self._start_at(member, start)
-        newcomers = {m for m in (*(starts or ()), *late) if m in self._index and m != self.me}
-        self._newcomer_acks = {m: {} for m in newcomers}
         self._collect_garbage()
-
-    def _remap_own_acks(self, old: Roster | None) -> np.ndarray | None:
-        """Our stream's ACK column in the new view's positions; None until we
-        first send, so that a member that never sends holds no O(N) column."""
-        if self._own_acks is None or old is self._roster:
-            return self._own_acks
-        own = np.zeros(len(self.members), dtype=np.int64)
-        assert old is not None
-        pos = np.minimum(np.searchsorted(old.ids, self._roster.ids), len(old.ids) - 1)
-        kept = old.ids[pos] == self._roster.ids
-        own[kept] = self._own_acks[pos[kept]]
-        own[self._index[self.me]] = self._next_seq - 1
-        return own
 
     def _start_at(self, sender: int, start: int) -> None:
         if sender != self.me:
             self._forget_sender(sender)
             inbound = self._inbound[sender] = _Inbound()
             inbound.contig = inbound.known_high = start
-
-    def raise_floors(self, cut: dict[int, int], newcomers: tuple[int, ...]) -> None:
-        """Members new to the view start every stream after the view's cut:
-        they will never ask for what precedes it."""
-        rows = [self._index[m] for m in newcomers if m in self._index]
-        if rows and cut.get(self.me) and self._own_acks is not None:
-            self._own_acks[rows] = np.maximum(self._own_acks[rows], cut[self.me])
-        for member in newcomers:
-            acks = self._newcomer_acks.get(member)
-            if acks is not None:
-                for sender, high in cut.items():
-                    if high > acks.get(sender, 0):
-                        acks[sender] = high
-        self._gc_due = True
 
     def expect(self, sender: int, high: int, now: float) -> None:
         """Records of ``sender`` up to ``high`` exist (a view change's cut): fetch them."""
@@ -291,10 +265,7 @@ class ReliableStream:
             self._next_seq += 1
         for record in records:
             self._buffer(record)
-        if self._own_acks is None:
-            self._own_acks = np.zeros(len(self.members), dtype=np.int64)
-        self._own_acks[self._index[self.me]] = self._next_seq - 1
-        self._gc_due = self._gc_due or len(self.members) == 1
+        self._gc_due = self._gc_due or not self._levels  # alone: stable at once
         self._counts["sent"] += len(records)
         return first, [OutRecords(None, tuple(records), "data")]
 
@@ -319,8 +290,6 @@ class ReliableStream:
         for record in records:
             if record.sender == self.me or record.sender not in self._index:
                 continue
-            if record.sender in self._newcomer_acks:
-                self._set_ack(record.sender, record.sender, record.seq)  # a sender holds its own records
             self._accept(record, kind, delivered, now)
         return delivered
 
@@ -346,6 +315,8 @@ class ReliableStream:
         self._advance(record.sender, inbound, delivered, now)
 
     def _advance(self, sender: int, inbound: _Inbound, delivered: list[Message], now: float) -> None:
+        if self._others_floor.get(sender, 0) > inbound.contig:
+            self._gc_senders.add(sender)  # our own prefix bounds the stable prefix: it may rise now
         while inbound.contig + 1 in inbound.pending:
             inbound.contig += 1
             record = inbound.pending.pop(inbound.contig)
@@ -354,9 +325,10 @@ class ReliableStream:
                 delivered.append(_reassemble(inbound.fragments))
                 inbound.fragments = []
         self._dirty[sender] = inbound.contig
-        self._ack_due[sender] = inbound.contig
-        if self._ack_at is None:
-            self._ack_at = now + self.params.ack_interval
+        if self.params.ack_nulls:
+            self._ack_due[sender] = inbound.contig
+            if self._ack_at is None:
+                self._ack_at = now + self.params.ack_interval
         self._reschedule_nack(sender, inbound, now)
 
     def on_acks(self, src: int, acks: tuple[Ack, ...], now: float) -> None:
@@ -368,32 +340,13 @@ class ReliableStream:
     def _learn_ack(self, member: int, sender: int, high: int, now: float) -> None:
         if sender not in self._index or member not in self._index:
             return
-        self._set_ack(member, sender, high)
+        if member != sender and member != self.me and sender != self.me:
+            self._hint_holder(sender, member, high)
         if sender != self.me:
             inbound = self._inbound_of(sender)
             if inbound.synced and high > inbound.known_high:
                 inbound.known_high = high  # the ACK reveals records we lack
                 self._reschedule_nack(sender, inbound, now)
-
-    def _set_ack(self, member: int, sender: int, high: int) -> None:
-        """``member`` holds ``sender``'s stream up to ``high``."""
-        if sender == self.me:
-            if self._own_acks is None:
-                return  # we have sent nothing in this incarnation
-            i = self._index[member]
-            old = self._own_acks.item(i)  # a Python int: numpy scalars compare slowly
-            if high > old:
-                self._own_acks[i] = high
-                # Only an ACK at or below the stable floor can raise the floor:
-                # skip the collection (a column minimum) otherwise.
-                self._gc_due = self._gc_due or old <= self._stable.get(sender, 0)
-            return
-        newcomer = self._newcomer_acks.get(member)
-        if newcomer is not None and high > newcomer.get(sender, 0):
-            newcomer[sender] = high
-            self._gc_due = True
-        if member != sender:
-            self._hint_holder(sender, member, high)
 
     def _hint_holder(self, sender: int, member: int, high: int) -> None:
         """Remember a few members known to hold ``sender``'s stream: the
@@ -461,15 +414,16 @@ class ReliableStream:
 
     # ------------------------------------------------------------------ PSRM gossip
 
-    def _digest(self) -> tuple[Ack, ...]:
-        """Streams with records not yet stable, rotating under a size cap."""
-        # streams with records held here and not yet stable: only they need repair
-        senders = sorted(s for s, stored in self._store.items() if stored and s in self._index)
+    def _digest_senders(self) -> list[int]:
+        """Streams with records not yet stable here, or stable only lately,
+        rotating under a size cap."""
+        held = {s for s, stored in self._store.items() if stored and s in self._index}
+        senders = sorted(held.union(s for s in self._linger if s in self._index))
         cap = self.params.digest_max_entries
         if len(senders) > cap:
             start = (self._round * cap) % len(senders)
             senders = (senders[start:] + senders[:start])[:cap]
-        return tuple((s, self._contig_of(s)) for s in senders)
+        return senders
 
     def received_vector(self) -> tuple[Ack, ...]:
         """How far we hold each member's stream (our own included): a full ACK."""
@@ -484,25 +438,13 @@ class ReliableStream:
         inbound = self._inbound.get(sender)
         return inbound.contig if inbound else 0
 
-    def _partner(self) -> int | None:
-        n = len(self.members)
-        if n < 2:
-            return None
-        if not self._partial_view or self._round % self.params.shuffle_rounds == 0:
-            # rejection sampling: O(log N) per shuffle, not a copy of the view
-            size = min(n - 1, math.ceil(math.log2(n)) + 1)
-            view: dict[int, None] = {}
-            while len(view) < size:
-                member = self.members[self.rng.randrange(n)]
-                if member != self.me:
-                    view[member] = None
-            self._partial_view = list(view)
-        return self.rng.choice(self._partial_view)
-
-    def on_digest(self, src: int, entries: tuple[Ack, ...], now: float) -> list[Out]:
-        """Push what ``src`` lacks; pull what we lack from it."""
+    def on_digest(self, src: int, entries: tuple[Ack, ...], now: float,
+                  aggregate: Aggregate | None = None) -> list[Out]:
+        """Push what ``src`` lacks; pull what we lack from it; merge its stability gossip."""
         if src not in self._index:
             return []
+        if aggregate is not None:
+            self._merge_aggregate(src, aggregate)
         out: list[Out] = []
         budget = self.params.push_budget
         pushed: list[Record] = []
@@ -515,13 +457,11 @@ class ReliableStream:
             if self._stable.get(sender, 0) >= high > 0:
                 stable.append((sender, self._stable[sender]))  # src lags on stability: tell it
             mine = self._contig_of(sender)
-            if high < mine and len(pushed) < budget:
+            if high < mine and len(pushed) < budget and self.params.gossip_enabled:
                 pushed += self._stored_in(sender, ((high + 1, mine),), budget - len(pushed))
             elif high > mine and sender != self.me and self._inbound_of(sender).synced and self.params.gossip_enabled:
                 ranges = self._inbound_of(sender).missing(self.params.nack_max_ranges)
                 out.append(OutNack(src, sender, ranges, pull=True))
-            if sender == src and mine:
-                out.append(OutNull(src, ((src, mine),)))  # a poll: the sender wants our ACK
         if pushed:
             self._counts["pushes"] += len(pushed)
             out.append(OutRecords(src, tuple(pushed), "gossip"))
@@ -530,16 +470,30 @@ class ReliableStream:
         return out
 
     def on_stable(self, entries: tuple[Ack, ...]) -> None:
-        """Every member has received ``sender`` up to ``high``: raise its column.
-        Never above our own prefix, which a correct announcer cannot exceed."""
+        """A partner says every member has received ``sender`` up to ``high``.
+        Never above our own prefix, which a correct partner cannot exceed."""
         for sender, high in entries:
-            if sender in self._index and sender != self.me:
+            if sender in self._index:
                 high = min(high, self._contig_of(sender))
-                if self.stability_cap is not None:
-                    high = min(high, self.stability_cap.get(sender, 0))
-                if high > self._announced_by.get(sender, 0):
-                    self._announced_by[sender] = high
+                if high > self._told.get(sender, 0):
+                    self._told[sender] = high
                     self._gc_due = True
+
+    def _merge_aggregate(self, src: int, aggregate: Aggregate) -> None:
+        """Keep the floors of our level-k predecessor (same roster only)."""
+        k, n = aggregate.level, len(self.members)
+        if self._roster is None or aggregate.roster != self._roster.tag or k >= len(self._levels):
+            return
+        if self.members[(self._position - (1 << k)) % n] != src:
+            return  # not the member whose window ends just before ours
+        level = self._levels[k]
+        for sender, floor in aggregate.floors:
+            if floor > level.get(sender, 0) and sender in self._index:
+                level[sender] = floor
+                others = min(lv.get(sender, 0) for lv in self._levels)
+                if others > self._others_floor.get(sender, 0):
+                    self._others_floor[sender] = others
+                    self._gc_senders.add(sender)
 
     # ------------------------------------------------------------------ timers
 
@@ -550,59 +504,50 @@ class ReliableStream:
                 nack = self._nack_due(sender, inbound, now)
                 if nack is not None:
                     out.append(nack)
-        if self.params.gossip_enabled and now >= self._next_gossip:
+        if now >= self._next_gossip:
             self._next_gossip = now + self.params.gossip_interval
             self._round += 1
-            entries = self._digest() if self._buffered else ()
-            partner = self._partner() if entries else None
-            if partner is not None:
-                out.append(OutDigest(partner, entries))
+            out += self._gossip(now)
         if self._ack_at is not None and now >= self._ack_at:
             out += self._nulls(sorted(self._ack_due.items()), now)
             self._ack_due.clear()
             self._ack_at = None
-        if now >= self._refresh_at:
-            self._refresh_at = now + 10 * self.params.ack_interval
-            out += self._poll_laggards()
         self._collect_garbage()
-        if self._announce_at is not None and now >= self._announce_at:
-            out.append(self._announce(now))
         return out
+
+    def _gossip(self, now: float) -> list[Out]:
+        """This round's digest, to the hypercube target of level k = round mod depth.
+        The level comes from the clock, so members gossip the same level at
+        about the same time and a value climbs one level per round."""
+        self._collect_garbage()
+        self._linger = {s: r for s, r in self._linger.items() if r >= self._round}
+        senders = self._digest_senders()
+        if not senders or not self._levels:
+            return []
+        k = int(now / self.params.gossip_interval) % len(self._levels)
+        target = self.members[(self._position + (1 << k)) % len(self.members)]
+        floors = tuple((s, self._window_floor(s, k)) for s in senders)
+        entries = tuple((s, self._contig_of(s)) for s in senders) if self.params.gossip_enabled else ()
+        assert self._roster is not None
+        return [OutDigest(target, entries, Aggregate(k, self._roster.tag, floors))]
+
+    def _window_floor(self, sender: int, levels: int) -> int:
+        """The lowest number of ``sender`` held by the 2**levels members ending at us."""
+        floor = self._contig_of(sender)
+        for level in self._levels[:levels]:
+            floor = min(floor, level.get(sender, 0))
+        return floor
 
     def _nulls(self, acks: list[Ack], now: float) -> list[Out]:
         self._counts["nulls"] += len(acks)
         return [OutNull(sender, ((sender, high),)) for sender, high in acks]
 
-    def _poll_laggards(self) -> list[Out]:
-        """Our records sent a refresh interval ago are still unstable: send our
-        digest to each member whose ACK for them we lack (its ACK, or our
-        record, was lost). It answers with its ACK and pulls what it misses."""
-        target, self._poll_target = self._poll_target, self._next_seq - 1
-        if target <= self._stable.get(self.me, 0):
-            return []
-        assert self._own_acks is not None  # we have sent: target > 0
-        lagging = np.flatnonzero(self._own_acks < target)
-        laggards = [self.members[i] for i in lagging.tolist() if self.members[i] != self.me]
-        self._counts["polls"] += len(laggards)
-        entry = ((self.me, self._next_seq - 1),)
-        return [OutDigest(m, entry) for m in laggards]
-
-    def _announce(self, now: float) -> OutStable:
-        """Multicast our own stream's stable prefix, at most once per ack_interval."""
-        self._announced = self._stable.get(self.me, 0)
-        self._announce_at = None
-        self._last_announce = now
-        return OutStable(None, ((self.me, self._announced),))
-
     def next_deadline(self) -> float | None:
         deadlines = [i.nack_at for i in self._nacking.values() if i.nack_at is not None]
-        if self.params.gossip_enabled and self._buffered:
+        if self._buffered or self._linger:
             deadlines.append(self._next_gossip)
-        for due in (self._ack_at, self._announce_at):
-            if due is not None:
-                deadlines.append(due)
-        if self._stable.get(self.me, 0) < self._next_seq - 1 and len(self.members) > 1:
-            deadlines.append(self._refresh_at)
+        if self._ack_at is not None:
+            deadlines.append(self._ack_at)
         return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------------ stability
@@ -611,11 +556,17 @@ class ReliableStream:
         return self._stable.get(sender, 0)
 
     def _collect_garbage(self) -> None:
-        if not self._gc_due:
+        if self._gc_due:
+            senders = list(self._store)
+        elif self._gc_senders:
+            senders = [s for s in self._gc_senders if s in self._store]
+        else:
             return
         self._gc_due = False
+        self._gc_senders.clear()
         cap = self.stability_cap
-        for sender, stored in self._store.items():
+        for sender in senders:
+            stored = self._store[sender]
             stable = self._floor(sender)
             if cap is not None:
                 stable = min(stable, cap.get(sender, 0))
@@ -626,22 +577,18 @@ class ReliableStream:
                     if seq <= stable and stored.pop(seq, None) is not None:
                         self._buffered -= 1
                 self._stable[sender] = stable
-        if self._stable.get(self.me, 0) > self._announced and self._announce_at is None:
-            self._announce_at = self._last_announce + self.params.ack_interval
+                self._linger[sender] = self._round + len(self._levels) + 1
 
     def _floor(self, sender: int) -> int:
         """The highest number every member of the view is known to hold."""
-        if sender == self.me:
-            return 0 if self._own_acks is None else int(self._own_acks.min())
-        floor = self._announced_by.get(sender, 0)
-        for acks in self._newcomer_acks.values():  # the announcer may not have counted them
-            floor = min(floor, acks.get(sender, 0))
-        return floor
+        own = self._contig_of(sender)
+        others = self._others_floor.get(sender, 0) if self._levels else own
+        return max(min(own, others), self._told.get(sender, 0))
 
     def _buffer(self, record: Record) -> None:
         if record.seq > self._stable.get(record.sender, 0):
             if record.sender not in self._store:
-                self._gc_due = True  # a new stream: its floor was not followed by _set_ack
+                self._gc_due = True  # a new stream: collect it once its floor rises
             self._store.setdefault(record.sender, {})[record.seq] = record
             self._buffered += 1
             self._counts["peak"] = max(self._counts["peak"], self._buffered)
@@ -652,7 +599,9 @@ class ReliableStream:
         self._nacking.pop(sender, None)
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
-        self._announced_by.pop(sender, None)
+        self._told.pop(sender, None)
+        self._linger.pop(sender, None)
+        self._others_floor.pop(sender, None)
         self._holders.pop(sender, None)
 
     def _inbound_of(self, sender: int) -> _Inbound:
