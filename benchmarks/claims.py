@@ -720,6 +720,9 @@ def run_sim(scenario: Any, out: Path, sender_loss: float = 0.0) -> tuple[dict[st
         summary = sim_run.simulate(scenario, out, progress=False)
     finally:
         sim_run.Simulator = original
+    if cls is not None and summary.sends and not cls.dropped:
+        raise RuntimeError("the sender-side loss dropped nothing: did Simulator._multicast change? "
+                           "(benchmarks/claims.py overrides it)")
     return summary.to_json(), list(cls.dropped) if cls is not None else []
 
 
