@@ -55,6 +55,12 @@ Frame = tuple[MsgType, "int | None", Flag, bytes]
 _KIND_TYPES = {"data": MsgType.DATA, "retransmit": MsgType.RETRANSMIT, "gossip": MsgType.GOSSIP}
 
 
+FIFO_ACKS = 4
+"""ACK entries a record of a FIFO group carries. There they only reveal losses
+and holders (stability is gossiped), and every receiver decodes every one:
+10,000 receivers at scale. Ordered groups carry all (their causal past)."""
+
+
 def build_params(config: Config) -> TransportParams:
     """The transport's knobs, derived from the node's configuration."""
     entries = entries_budget(config.max_datagram)
@@ -64,7 +70,7 @@ def build_params(config: Config) -> TransportParams:
         window_max=config.window_max, send_delay_min=config.send_delay_min,
         send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
         max_message=config.max_message,
-        digest_max_entries=min(64, entries), max_acks=ack_budget(config.max_datagram),
+        digest_max_entries=min(64, entries), max_acks=min(FIFO_ACKS, ack_budget(config.max_datagram)),
         nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
         flush_delay=config.flush_delay, max_datagram=config.max_datagram,
     )
@@ -426,8 +432,8 @@ class GroupStack:
                 self.ordering.on_acks(src, entries)
                 self._release([_message(m) for m in self.ordering.deliverable()])
                 self._watch_blocker(now)
-        elif msg_type is MsgType.STABLE:
-            self.stream.on_stable(entries)
+        # STABLE (a stability announcement of earlier versions) is ignored:
+        # stability is gossiped within one roster, never taken on trust
         elif msg_type is MsgType.UNICAST_ACK:
             for member, high in entries:
                 if member == self.me:

@@ -182,8 +182,42 @@ class FailureDetector:
         self._last_multicast = now
 
     def on_heartbeat(self, src: int, members: np.ndarray, counters: np.ndarray, now: float) -> list[FdOut]:
-        pos = np.searchsorted(self.ids, members)
-        pos = np.minimum(pos, len(self.ids) - 1)
+        start = self._slice_start(members)
+        if start is None:
+            self._merge_scattered(members, counters, now)
+        else:
+            self._merge_slice(start, counters, now)
+        out = self.heard(src, now)
+        for member in [m for m in self.suspects if self.heard_at[self._index[m]] > self.suspects[m].since]:
+            del self.suspects[member]
+            self._counts["refuted"] += 1
+            out.append(FdEvent("unsuspect", member))
+        return out
+
+    def _slice_start(self, members: np.ndarray) -> int | None:
+        """Usually the sender watches what we watch, so its table (or a part
+        of it) is a slice of ours: then merge by slices, not by a binary
+        search and fancy indexing per entry (10,000 entries at scale)."""
+        if not len(members):
+            return None
+        start = self._index.get(int(members[0]))
+        if start is None or not np.array_equal(self.ids[start:start + len(members)], members):
+            return None
+        return start
+
+    def _merge_slice(self, start: int, counters: np.ndarray, now: float) -> None:
+        end = start + len(counters)
+        mine = self.counters[start:end]
+        diff = (counters - mine) & 0xFFFF
+        rose = (diff > 0) & (diff < 0x8000)
+        me = self._index[self.me]
+        if start <= me < end:
+            rose[me - start] = False  # only we raise our own counter
+        mine += np.where(rose, diff, 0)
+        self.heard_at[start:end][rose] = now
+
+    def _merge_scattered(self, members: np.ndarray, counters: np.ndarray, now: float) -> None:
+        pos = np.minimum(np.searchsorted(self.ids, members), len(self.ids) - 1)
         known = (self.ids[pos] == members) & (members != self.me)
         pos, incoming = pos[known], counters[known]
         diff = (incoming - self.counters[pos]) & 0xFFFF
@@ -191,12 +225,6 @@ class FailureDetector:
         pos = pos[rose]
         self.counters[pos] += diff[rose]
         self.heard_at[pos] = now
-        out = self.heard(src, now)
-        for member in [m for m in self.suspects if self.heard_at[self._index[m]] > self.suspects[m].since]:
-            del self.suspects[member]
-            self._counts["refuted"] += 1
-            out.append(FdEvent("unsuspect", member))
-        return out
 
     def on_probe(self, src: int, msg: Control) -> list[FdOut]:
         """Answer a member that watches us; a node that left its groups stays
@@ -273,7 +301,10 @@ class FailureDetector:
             self._counts["skipped"] += 1
             return []
         dimensions = math.ceil(math.log2(n))
-        r = (self._round - 1) % dimensions + 1
+        # the dimension follows the clock, not a count of our own rounds: members
+        # that started or merged at different times still gossip along the
+        # same dimension in a round, so each receives exactly one heartbeat
+        r = int(now / self.params.gossip_interval + 1e-9) % dimensions + 1
         target = int(self.ids[(me + (1 << (r - 1))) % n])
         self._counts["sent"] += 1
         return [FdSend(target, MsgType.HEARTBEAT, encode_heartbeat(self.ids[i:i + MAX_HEARTBEAT_ENTRIES],

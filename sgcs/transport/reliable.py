@@ -36,8 +36,9 @@ Numbers only grow and stored values are older, so the result is a lower
 bound: never too early, only late. Values are merged only between members
 with the same roster (hash of the member list), so a view change restarts
 the aggregation. A member keeps gossiping a sender for one more cycle after
-its prefix last became stable, so the members after it learn it too; a
-partner whose digest lags behind our stable prefix is told it directly.
+its prefix last became stable, so the members after it learn it too. (No
+member tells another a stable prefix directly: computed over another view,
+it would vouch for members that never had those records.)
 Ordered groups (``ack_nulls``) also send an idle member's ACKs as nulls,
 which become its multicast promise.
 
@@ -58,7 +59,7 @@ from dataclasses import dataclass
 
 from ..membership.roster import Roster, roster_of
 from .records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, Message, Out, OutDigest, OutNack, OutNull,
-                      OutRecords, OutStable, Range, Record)
+                      OutRecords, Range, Record)
 
 
 HOLDER_HINTS = 8
@@ -183,7 +184,6 @@ class ReliableStream:
         self._others_floor: dict[int, int] = {}
         """Per sender, the minimum over all levels: what the others are known to hold."""
         self._linger: dict[int, int] = {}  # sender -> last round it stays in our digests
-        self._told: dict[int, int] = {}  # stable prefixes a partner told us
         self._holders: dict[int, dict[int, int]] = {}  # sender -> member -> highest it holds
         self.stability_cap: dict[int, int] | None = None
         """During a view change: nothing past the snapshot (then the cut) becomes
@@ -199,14 +199,14 @@ class ReliableStream:
         (the join point), not at 1: their earlier records may be gone. Streams
         of ``starts`` members begin just after the given number (a view
         change's cut), and every member is known to hold them that far."""
-        old_roster = self._roster
         self._roster = roster_of(members).with_member(self.me)
         self.members, self._index = self._roster.members, self._roster.index
-        if self._roster is not old_roster:  # positions moved: aggregate afresh
-            n = len(self.members)
-            self._levels = [{} for _ in range(math.ceil(math.log2(n)) if n > 1 else 0)]
-            self._others_floor = {}
-            self._position = self._index[self.me]
+        # a new view aggregates afresh: positions may move, and a member that
+        # restarted under its old id no longer holds what it reported
+        n = len(self.members)
+        self._levels = [{} for _ in range(math.ceil(math.log2(n)) if n > 1 else 0)]
+        self._others_floor = {}
+        self._position = self._index[self.me]
         self._gc_due = True
         for sender in [s for s in {*self._store, *self._inbound} if s not in self._index]:
             self._forget_sender(sender)
@@ -448,36 +448,23 @@ class ReliableStream:
         out: list[Out] = []
         budget = self.params.push_budget
         pushed: list[Record] = []
-        stable: list[Ack] = []
         self._collect_garbage()
         for sender, high in entries:
             if sender not in self._index:
                 continue
             self._learn_ack(src, sender, high, now)
-            if self._stable.get(sender, 0) >= high > 0:
-                stable.append((sender, self._stable[sender]))  # src lags on stability: tell it
             mine = self._contig_of(sender)
             if high < mine and len(pushed) < budget and self.params.gossip_enabled:
                 pushed += self._stored_in(sender, ((high + 1, mine),), budget - len(pushed))
             elif high > mine and sender != self.me and self._inbound_of(sender).synced and self.params.gossip_enabled:
                 ranges = self._inbound_of(sender).missing(self.params.nack_max_ranges)
                 out.append(OutNack(src, sender, ranges, pull=True))
+            if sender == src and mine and self.params.ack_nulls:
+                out.append(OutNull(src, ((src, mine),)))  # ordered groups: a fresh promise for src
         if pushed:
             self._counts["pushes"] += len(pushed)
             out.append(OutRecords(src, tuple(pushed), "gossip"))
-        if stable:
-            out.append(OutStable(src, tuple(stable)))
         return out
-
-    def on_stable(self, entries: tuple[Ack, ...]) -> None:
-        """A partner says every member has received ``sender`` up to ``high``.
-        Never above our own prefix, which a correct partner cannot exceed."""
-        for sender, high in entries:
-            if sender in self._index:
-                high = min(high, self._contig_of(sender))
-                if high > self._told.get(sender, 0):
-                    self._told[sender] = high
-                    self._gc_due = True
 
     def _merge_aggregate(self, src: int, aggregate: Aggregate) -> None:
         """Keep the floors of our level-k predecessor (same roster only)."""
@@ -583,12 +570,12 @@ class ReliableStream:
         """The highest number every member of the view is known to hold."""
         own = self._contig_of(sender)
         others = self._others_floor.get(sender, 0) if self._levels else own
-        return max(min(own, others), self._told.get(sender, 0))
+        return min(own, others)
 
     def _buffer(self, record: Record) -> None:
         if record.seq > self._stable.get(record.sender, 0):
             if record.sender not in self._store:
-                self._gc_due = True  # a new stream: collect it once its floor rises
+                self._gc_senders.add(record.sender)  # a new stream: collect it once its floor rises
             self._store.setdefault(record.sender, {})[record.seq] = record
             self._buffered += 1
             self._counts["peak"] = max(self._counts["peak"], self._buffered)
@@ -599,7 +586,6 @@ class ReliableStream:
         self._nacking.pop(sender, None)
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
-        self._told.pop(sender, None)
         self._linger.pop(sender, None)
         self._others_floor.pop(sender, None)
         self._holders.pop(sender, None)
