@@ -62,6 +62,12 @@ from .records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, M
                       OutRecords, Range, Record)
 
 
+AGGREGATE_MAX = 1_024
+"""Senders in one round's stability gossip. Every sender with unstable records
+must be in every round: a rotating subset would slow each sender's
+aggregation, leaving more senders unstable, a feedback loop. Beyond about
+150 senders the digest needs IP fragmentation (like a large heartbeat)."""
+
 HOLDER_HINTS = 8
 """Members remembered per stream as known holders (NACK targets besides the sender)."""
 
@@ -415,15 +421,18 @@ class ReliableStream:
     # ------------------------------------------------------------------ PSRM gossip
 
     def _digest_senders(self) -> list[int]:
-        """Streams with records not yet stable here, or stable only lately,
-        rotating under a size cap."""
+        """Streams with records not yet stable here, or stable only lately."""
         held = {s for s, stored in self._store.items() if stored and s in self._index}
-        senders = sorted(held.union(s for s in self._linger if s in self._index))
+        return sorted(held.union(s for s in self._linger if s in self._index))[:AGGREGATE_MAX]
+
+    def _rotating(self, senders: list[int]) -> list[int]:
+        """At most ``digest_max_entries`` of ``senders`` for repair, a different
+        slice each round."""
         cap = self.params.digest_max_entries
-        if len(senders) > cap:
-            start = (self._round * cap) % len(senders)
-            senders = (senders[start:] + senders[:start])[:cap]
-        return senders
+        if len(senders) <= cap:
+            return senders
+        start = (self._round * cap) % len(senders)
+        return (senders[start:] + senders[:start])[:cap]
 
     def received_vector(self) -> tuple[Ack, ...]:
         """How far we hold each member's stream (our own included): a full ACK."""
@@ -514,7 +523,8 @@ class ReliableStream:
         k = int(now / self.params.gossip_interval) % len(self._levels)
         target = self.members[(self._position + (1 << k)) % len(self.members)]
         floors = tuple((s, self._window_floor(s, k)) for s in senders)
-        entries = tuple((s, self._contig_of(s)) for s in senders) if self.params.gossip_enabled else ()
+        repair = self._rotating(senders) if self.params.gossip_enabled else ()
+        entries = tuple((s, self._contig_of(s)) for s in repair)
         assert self._roster is not None
         return [OutDigest(target, entries, Aggregate(k, self._roster.tag, floors))]
 
