@@ -330,7 +330,12 @@ class ReliableStream:
             if not record.flags & MORE_FRAGMENTS:
                 delivered.append(_reassemble(inbound.fragments))
                 inbound.fragments = []
+        self._dirty.pop(sender, None)  # re-insert: the dict's order is freshness
         self._dirty[sender] = inbound.contig
+        if len(self._dirty) > 4 * self.params.max_acks:
+            # a FIFO member that seldom sends keeps only its freshest ACKs
+            # (ordered groups carry them all: their limit is never reached)
+            self._dirty.pop(next(iter(self._dirty)))
         if self.params.ack_nulls:
             self._ack_due[sender] = inbound.contig
             if self._ack_at is None:
@@ -575,6 +580,8 @@ class ReliableStream:
                         self._buffered -= 1
                 self._stable[sender] = stable
                 self._linger[sender] = self._round + len(self._levels) + 1
+                if not stored:
+                    self._holders.pop(sender, None)  # nothing left to NACK for
 
     def _floor(self, sender: int) -> int:
         """The highest number every member of the view is known to hold."""
