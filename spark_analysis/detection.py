@@ -95,7 +95,7 @@ def detection_times(events_df: DataFrame, runs_meta_df: DataFrame | None = None)
     if runs_meta_df is not None:
         out = out.join(F.broadcast(runs_meta_df.select("run", "gossip_interval")), "run", "left").select(
             *out.columns, *[_rounds(c) for c in ("first_suspicion_s", "exclusion_median_s", "exclusion_max_s")])
-    return out.orderBy("run", "p").drop("p")
+    return out.drop("p")  # unordered: a sort costs an extra Spark job, callers sort the few rows
 
 
 def _last_state(suspects: DataFrame, events: DataFrame, kinds: tuple[str, str]) -> DataFrame:
@@ -130,8 +130,7 @@ def false_suspicions(events_df: DataFrame, runs_meta_df: DataFrame | None = None
     return (runs.join(counts, "run", "left").join(scale, "run", "left")
             .select("run", F.coalesce("suspects", F.lit(0)).alias("suspects"),
                     F.coalesce("false_suspects", F.lit(0)).alias("false_suspects"),
-                    (F.coalesce("false_suspects", F.lit(0)) / F.col("node_seconds")).alias("false_per_node_per_s"))
-            .orderBy("run"))
+                    (F.coalesce("false_suspects", F.lit(0)) / F.col("node_seconds")).alias("false_per_node_per_s")))
 
 
 def _node_seconds(events: DataFrame, runs_meta_df: DataFrame | None) -> DataFrame:

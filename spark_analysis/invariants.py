@@ -134,16 +134,22 @@ def total_order(ev: DataFrame, orders: tuple[str, ...] | None = TOTAL_ORDERS) ->
 # ---------------------------------------------------------------- 4
 
 
-def _latest_before(markers: DataFrame, real: DataFrame, name: str) -> DataFrame:
-    """For each marker (run, group, node, stream, pos): the ``seq`` of the last real row of
-    that (run, group, node, stream) strictly before ``pos``, as column ``name`` (null: none)."""
+def _latest_before(markers: DataFrame, real: DataFrame) -> DataFrame:
+    """For each marker (run, group, node, stream, pos, lookup): the seq of the last real row of
+    that (run, group, node, stream) strictly before ``pos``: among every real row for lookup
+    "cause", among delivery rows for lookup "seen" (``value``, null: none). One window serves both."""
     part = ["run", "group", "node", "stream"]
-    real = real.join(markers.select(*part).distinct(), part, "left_semi").withColumn("is_real", F.lit(1))
-    rows = real.unionByName(markers.withColumn("seq", F.lit(None).cast("long")).withColumn("is_real", F.lit(0)))
+    real = real.join(markers.select(*part).distinct(), part, "left_semi").select(
+        *part, "pos", F.lit(None).cast("string").alias("lookup"), F.col("seq").alias("any_seq"),
+        F.when(F.col("kind") == "deliver", F.col("seq")).alias("deliver_seq"), F.lit(1).alias("is_real"))
+    marks = markers.select(*part, "pos", "lookup", *[F.lit(None).cast("long").alias(c) for c in ("any_seq", "deliver_seq")],
+                           F.lit(0).alias("is_real"))
     # a marker sorts before a real row at its own pos, so that row is not "before" it
     w = Window.partitionBy(*part).orderBy("pos", "is_real").rowsBetween(Window.unboundedPreceding, 0)
-    rows = rows.withColumn(name, F.last("seq", ignorenulls=True).over(w))
-    return rows.where(F.col("is_real") == 0).select(*part, "pos", name)
+    rows = real.unionByName(marks).withColumn("any_last", F.last("any_seq", ignorenulls=True).over(w)).withColumn(
+        "deliver_last", F.last("deliver_seq", ignorenulls=True).over(w))
+    value = F.when(F.col("lookup") == "cause", F.col("any_last")).otherwise(F.col("deliver_last"))
+    return rows.where(F.col("is_real") == 0).select(*part, "pos", "lookup", value.alias("value"))
 
 
 def _overtaking_pairs(rows: DataFrame) -> DataFrame:
@@ -171,19 +177,22 @@ def causal(ev: DataFrame, orders: tuple[str, ...] | None = CAUSAL_ORDERS) -> Dat
     sends = rows.where(F.col("kind") == "send").groupBy("run", "group", F.col("sender").alias("m_sender"),
                                                           F.col("seq").alias("m_seq")).agg(
         F.max("pos").alias("m_send_pos"), F.max_by("node", "pos").alias("m_send_node"))
-    # persisted: three look-ups read the candidates, and they are few (see the module doc)
+    # persisted: the look-ups and the final join read the candidates, and they are few (see the module doc)
     pairs = _overtaking_pairs(rows).join(sends, ["run", "group", "m_sender", "m_seq"]).persist()
     stream_rows = rows.select("run", "group", "node", "kind", F.col("sender").alias("stream"), "pos", "seq")
-    cause = _latest_before(pairs.select("run", "group", F.col("m_send_node").alias("node"),
-                                        F.col("x_sender").alias("stream"), F.col("m_send_pos").alias("pos")).distinct(),
-                           stream_rows.drop("kind"), "cause_seq")
-    seen = _latest_before(pairs.select("run", "group", "node", F.col("x_sender").alias("stream"),
-                                       F.col("m_pos").alias("pos")).distinct(),
-                          stream_rows.where(F.col("kind") == "deliver").drop("kind"), "seen_seq")
-    checked = (pairs.join(cause.withColumnRenamed("node", "m_send_node").withColumnRenamed("stream", "x_sender")
-                          .withColumnRenamed("pos", "m_send_pos"), ["run", "group", "m_send_node", "x_sender", "m_send_pos"])
-               .join(seen.withColumnRenamed("stream", "x_sender").withColumnRenamed("pos", "m_pos"),
-                     ["run", "group", "node", "x_sender", "m_pos"], "left"))
+    markers = pairs.select("run", "group", F.col("m_send_node").alias("node"), F.col("x_sender").alias("stream"),
+                           F.col("m_send_pos").alias("pos"), F.lit("cause").alias("lookup")).unionByName(
+        pairs.select("run", "group", "node", F.col("x_sender").alias("stream"), F.col("m_pos").alias("pos"),
+                     F.lit("seen").alias("lookup"))).distinct()
+    found = _latest_before(markers, stream_rows)
+    cause = found.where(F.col("lookup") == "cause").select(
+        "run", "group", F.col("node").alias("m_send_node"), F.col("stream").alias("x_sender"),
+        F.col("pos").alias("m_send_pos"), F.col("value").alias("cause_seq"))
+    seen = found.where(F.col("lookup") == "seen").select(
+        "run", "group", "node", F.col("stream").alias("x_sender"), F.col("pos").alias("m_pos"),
+        F.col("value").alias("seen_seq"))
+    checked = (pairs.join(cause, ["run", "group", "m_send_node", "x_sender", "m_send_pos"])
+               .join(seen, ["run", "group", "node", "x_sender", "m_pos"], "left"))
     late = (F.coalesce("cause_seq", F.lit(0)) == F.col("x_seq")) & (F.coalesce("seen_seq", F.lit(0)) < F.col("x_seq"))
     return (checked.where(late).groupBy("run", "group", "node", "m_pos")
             .agg(F.first("m_t").alias("t"), F.first("m_sender").alias("sender"), F.first("m_seq").alias("seq"),
@@ -319,13 +328,9 @@ def outside_optimistic_view(ev: DataFrame) -> DataFrame:
 # ---------------------------------------------------------------- all of them
 
 
-def invariant_violations(events_df: DataFrame, grace: float = GRACE,
-                         all_groups: bool = False) -> dict[str, DataFrame]:
-    """One DataFrame of violation rows per invariant key (each has ``run`` and ``pos``).
-    ``events_df`` may be raw (readers.read_events) or already ``prepare``d."""
-    ev = events_df if "incarnation" in events_df.columns else prepare(events_df)
+def _builders(ev: DataFrame, grace: float, all_groups: bool) -> dict[str, Callable[[], DataFrame]]:
     total_orders, causal_orders = (None, None) if all_groups else (TOTAL_ORDERS, CAUSAL_ORDERS)
-    checks: dict[str, Callable[[], DataFrame]] = {
+    return {
         "1_duplicate": lambda: duplicates(ev),
         "2_fifo": lambda: fifo(ev),
         "3_total": lambda: total_order(ev, total_orders),
@@ -335,7 +340,14 @@ def invariant_violations(events_df: DataFrame, grace: float = GRACE,
         "7_rolled_back_delivered": lambda: rolled_back_delivered(ev),
         "7_outside_optimistic_view": lambda: outside_optimistic_view(ev),
     }
-    return {key: make() for key, make in checks.items()}
+
+
+def invariant_violations(events_df: DataFrame, grace: float = GRACE,
+                         all_groups: bool = False) -> dict[str, DataFrame]:
+    """One DataFrame of violation rows per invariant key (each has ``run`` and ``pos``).
+    ``events_df`` may be raw (readers.read_events) or already ``prepare``d."""
+    ev = events_df if "incarnation" in events_df.columns else prepare(events_df)
+    return {key: build() for key, build in _builders(ev, grace, all_groups).items()}
 
 
 def _counts_and_examples(df: DataFrame, max_examples: int) -> tuple[dict[str, int], dict[str, list[dict[str, Any]]]]:
@@ -354,13 +366,12 @@ def _counts_and_examples(df: DataFrame, max_examples: int) -> tuple[dict[str, in
     return counts, examples
 
 
-def _examples_key(key: str, df: DataFrame, ev: DataFrame, max_examples: int) -> DataFrame:
-    if key == "5_virtual_synchrony" and max_examples > 0:
-        by_run = Window.partitionBy("run").orderBy("pos")
-        few = df.withColumn("_i", F.row_number().over(by_run)).where(F.col("_i") <= max_examples).drop("_i")
-        return df.join(few.select("run", "pos"), ["run", "pos"], "left_anti").unionByName(
-            virtual_synchrony_differences(ev, few), allowMissingColumns=True)
-    return df
+def _with_differences(df: DataFrame, ev: DataFrame, max_examples: int) -> list[dict[str, Any]]:
+    """Invariant 5's first examples per run, with their differences (an extra job, run only
+    when there are violations)."""
+    by_run = Window.partitionBy("run").orderBy("pos")
+    few = df.withColumn("_i", F.row_number().over(by_run)).where(F.col("_i") <= max_examples).drop("_i")
+    return [row.asDict(recursive=True) for row in virtual_synchrony_differences(ev, few).collect()]
 
 
 def check_invariants(events_df: DataFrame, runs: list[str], grace: float = GRACE, all_groups: bool = False,
@@ -369,10 +380,16 @@ def check_invariants(events_df: DataFrame, runs: list[str], grace: float = GRACE
     """Per run, per key: {"count": int, "examples": [row dicts]} (zero counts included)."""
     ev = events_df if "incarnation" in events_df.columns else prepare(events_df)
     result: dict[str, dict[str, Any]] = {run: {} for run in runs}
-    for key, df in invariant_violations(ev, grace, all_groups).items():
+    # built one at a time: building a plan costs Spark analysis time, which the progress should show
+    for key, build in _builders(ev, grace, all_groups).items():
         if progress is not None:
             progress(key)
-        counts, examples = _counts_and_examples(_examples_key(key, df, ev, max_examples), max_examples)
+        df = build()
+        counts, examples = _counts_and_examples(df, max_examples)
+        if key == "5_virtual_synchrony" and examples:
+            examples = {}
+            for row in sorted(_with_differences(df, ev, max_examples), key=lambda r: r["pos"]):
+                examples.setdefault(row.pop("run"), []).append({k: v for k, v in row.items() if k != "pos"})
         for run in runs:
             result[run][key] = {"count": counts.get(run, 0), "examples": examples.get(run, [])}
     return result

@@ -20,6 +20,8 @@ cut short by the run's end).
 ``recv_msgs_per_member_per_s``, ``recv_bytes_per_member_per_s``, all over
 the run's live node-seconds, plus ``nodes`` (meta.json's N) so that a sweep
 can fit load against N. ``total_load`` sums them over message types.
+Results are unordered (a sort costs Spark an extra job; callers sort the
+small collected table).
 """
 
 from __future__ import annotations
@@ -51,11 +53,9 @@ def per_member_load(net_df: DataFrame, runs_meta_df: DataFrame) -> DataFrame:
     rates = [(F.col(src) / F.col("live_node_seconds")).alias(name) for src, name in zip(_SOURCES, LOAD_COLUMNS)]
     return (sums.join(seconds, "run")
             .join(F.broadcast(runs_meta_df.select("run", "nodes")), "run", "left")
-            .select("run", "nodes", "msg_type", *rates)
-            .orderBy("run", "msg_type"))
+            .select("run", "nodes", "msg_type", *rates))
 
 
 def total_load(load_df: DataFrame) -> DataFrame:
     """Per run: the four rates of ``per_member_load`` summed over message types."""
-    return (load_df.groupBy("run", "nodes").agg(*[F.sum(c).alias(c) for c in LOAD_COLUMNS])
-            .orderBy("nodes", "run"))
+    return load_df.groupBy("run", "nodes").agg(*[F.sum(c).alias(c) for c in LOAD_COLUMNS])

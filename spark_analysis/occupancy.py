@@ -29,10 +29,10 @@ def occupancy_summary(stats_df: DataFrame) -> DataFrame:
     for name in METRICS:
         q = F.percentile_approx(name, [0.5, 0.99], ACCURACY)
         aggs += [q[0].alias(f"{name}_p50"), q[1].alias(f"{name}_p99"), F.max(name).alias(f"{name}_max")]
-    return stats_df.groupBy("run", "group").agg(F.count("*").alias("rows"), *aggs).orderBy("run", "group")
+    return stats_df.groupBy("run", "group").agg(F.count("*").alias("rows"), *aggs)
 
 
 def occupancy_over_time(stats_df: DataFrame) -> DataFrame:
     """Per (run, group, t): mean and max over nodes of buffered and window."""
     aggs = [f(name).alias(f"{name}_{f.__name__}") for name in METRICS for f in (F.mean, F.max)]
-    return stats_df.groupBy("run", "group", "t").agg(*aggs).orderBy("run", "group", "t")
+    return stats_df.groupBy("run", "group", "t").agg(*aggs)

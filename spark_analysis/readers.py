@@ -103,6 +103,21 @@ def check_run(run: str) -> dict[str, Any]:
     return meta
 
 
+def dataset_rows(run: str, dataset: str) -> int | None:
+    """Rows of RUN/dataset from the Parquet footers (no Spark job); None when it is absent."""
+    import pyarrow.parquet as pq
+
+    parts = _parts(Path(run) / dataset)
+    if not parts:
+        return None
+    return sum(pq.ParquetFile(Path(run) / dataset / name).metadata.num_rows for name in parts)
+
+
+def event_rows(runs: list[str]) -> int:
+    """Event rows of all the runs (footers only)."""
+    return sum(dataset_rows(run, "events") or 0 for run in runs)
+
+
 def _conform(df: DataFrame, columns: dict[str, T.DataType]) -> DataFrame:
     """Cast the known columns and add missing ones as typed nulls (extra columns stay)."""
     present = set(df.columns)

@@ -17,12 +17,16 @@ it) / (live members). Rolled-back messages (they must be delivered nowhere)
 and messages sent in the last ``grace`` seconds (possibly still in flight)
 are left out, like checks.py does.
 
-``reliability_histogram`` bins fractions into ``BINS`` equal bins over
+``reliability_bins`` is the histogram with each bin's sum and minimum of
+fractions, so that ``summary_from_bins`` derives the summary from it without
+a second Spark job. ``reliability_histogram`` bins fractions into ``BINS`` equal bins over
 [0, 1) plus a bin for exactly 1.0, because plain gossip is bimodal: the
 mass sits at 1.0 and near 0, and a full-delivery bin makes that visible.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -76,8 +80,7 @@ def reliability_summary(messages: DataFrame) -> DataFrame:
     """Per run: messages, mean and min fraction, and the fraction of messages at 100%."""
     return (messages.groupBy("run")
             .agg(F.count("*").alias("messages"), F.avg("fraction").alias("mean"), F.min("fraction").alias("min"),
-                 F.avg((F.col("fraction") >= 1.0).cast("double")).alias("full_fraction"))
-            .orderBy("run"))
+                 F.avg((F.col("fraction") >= 1.0).cast("double")).alias("full_fraction")))
 
 
 def reliability_histogram(messages: DataFrame, bins: int = BINS) -> DataFrame:
@@ -85,4 +88,23 @@ def reliability_histogram(messages: DataFrame, bins: int = BINS) -> DataFrame:
     low = F.when(F.col("fraction") >= 1.0, F.lit(1.0)).otherwise(F.floor(F.col("fraction") * bins) / bins)
     counts = messages.groupBy("run", low.alias("low")).agg(F.count("*").alias("messages"))
     total = Window.partitionBy("run")
-    return counts.withColumn("share", F.col("messages") / F.sum("messages").over(total)).orderBy("run", "low")
+    return counts.withColumn("share", F.col("messages") / F.sum("messages").over(total))
+
+
+def reliability_bins(messages: DataFrame, bins: int = BINS) -> DataFrame:
+    """Per (run, bin): ``low``, messages, and the sum and min of the fractions in the bin."""
+    low = F.when(F.col("fraction") >= 1.0, F.lit(1.0)).otherwise(F.floor(F.col("fraction") * bins) / bins)
+    return (messages.groupBy("run", low.alias("low"))
+            .agg(F.count("*").alias("messages"), F.sum("fraction").alias("sum"), F.min("fraction").alias("min")))
+
+
+def summary_from_bins(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's summary and histogram from its ``reliability_bins`` rows (plain dicts)."""
+    messages = sum(r["messages"] for r in rows)
+    if not messages:
+        return {"messages": 0, "mean": None, "min": None, "full_fraction": None, "histogram": []}
+    full = sum(r["messages"] for r in rows if r["low"] >= 1.0)
+    return {"messages": messages, "mean": sum(r["sum"] for r in rows) / messages,
+            "min": min(r["min"] for r in rows), "full_fraction": full / messages,
+            "histogram": [{"low": r["low"], "messages": r["messages"], "share": r["messages"] / messages}
+                          for r in rows]}

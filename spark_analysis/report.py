@@ -87,40 +87,43 @@ class _Jobs:
             self.metrics[run][section] = per_run(run)
 
     def meta_and_rows(self) -> None:
-        self.progress("reading traces")
-        meta = self.meta_df.drop("scenario", "pauses", "orders").toPandas()
         from pyspark.sql import functions as F
 
-        counts = {"events": self.events.groupBy("run").count(), "net": self.net.groupBy("run").count()}
-        if self.stats is not None:
-            counts["stats"] = self.stats.groupBy("run").count()
-        rows = {name: dict(df.rdd.map(tuple).collect()) for name, df in counts.items()}
+        from .readers import dataset_rows
+
+        self.progress("reading traces")
+        meta = self.meta_df.drop("scenario", "pauses", "orders").toPandas()
+        # also the first scan of the events, which fills their cache
         kinds = self.events.groupBy("run", "kind").agg(F.count("*").alias("n")).toPandas()
+
+        def rows(run: str) -> dict[str, Any]:
+            mine = kinds[kinds["run"] == run]
+            by_kind = {str(k): int(n) for k, n in zip(mine["kind"], mine["n"])}
+            return {"events": sum(by_kind.values()), "net": dataset_rows(run, "net"),
+                    "stats": dataset_rows(run, "stats"), "by_kind": by_kind}
+
         self.put("meta", lambda run: _records(meta, run)[0])
-        self.put("rows", lambda run: {name: rows.get(name, {}).get(run) for name in ("events", "net", "stats")}
-                 | {"by_kind": {k: int(n) for k, n in zip(kinds[kinds.run == run]["kind"],
-                                                          kinds[kinds.run == run]["n"])}})
+        self.put("rows", rows)
 
     def latency(self) -> None:
-        from .latency import delivery_latencies, latency_cdf, latency_summary
+        from .latency import LEVELS, delivery_latencies, latency_quantiles, summary_from_quantiles
 
         self.progress("latency")
-        latencies = delivery_latencies(self.events)
-        summary = latency_summary(latencies).toPandas()
-        self.tables["latency_cdf"] = latency_cdf(latencies).toPandas()
-        self.put("latency", lambda run: {r.pop("order"): r for r in _records(summary, run)})
+        table = latency_quantiles(delivery_latencies(self.events)).toPandas().sort_values(["run", "order"])
+        self.tables["latency_cdf"] = table.assign(quantile=[list(LEVELS)] * len(table))
+        self.put("latency", lambda run: {r["order"]: _clean(summary_from_quantiles(r))
+                                         for r in table[table["run"] == run].to_dict("records")})
 
     def reliability(self) -> None:
-        from .reliability import BINS, per_message, reliability_histogram, reliability_summary
+        from .reliability import BINS, per_message, reliability_bins, summary_from_bins
 
         self.progress("reliability")
-        messages = per_message(self.events).persist()
-        summary = reliability_summary(messages).toPandas()
-        hist = reliability_histogram(messages).toPandas()
-        messages.unpersist()
-        self.tables["reliability_hist"], self.tables["reliability_bins"] = hist, BINS
-        self.put("reliability", lambda run: (_records(summary, run) or [{"messages": 0}])[0]
-                 | {"histogram": _records(hist, run)})
+        bins = reliability_bins(per_message(self.events)).toPandas().sort_values(["run", "low"])
+        per_run = {run: summary_from_bins(_records(bins, run)) for run in self.runs}
+        self.tables["reliability_hist"] = bins.assign(share=[
+            m / per_run[r]["messages"] for r, m in zip(bins["run"], bins["messages"])])
+        self.tables["reliability_bins"] = BINS
+        self.put("reliability", lambda run: _clean(per_run[run]))
 
     def invariants(self) -> None:
         from .invariants import check_invariants
@@ -132,39 +135,37 @@ class _Jobs:
         from .detection import detection_times, false_suspicions
 
         self.progress("failure detection")
-        crashes = detection_times(self.events, self.meta_df).toPandas()
+        crashes = detection_times(self.events, self.meta_df).toPandas().sort_values(["run", "t", "node"])
         false = false_suspicions(self.events, self.meta_df).toPandas()
         self.put("detection", lambda run: {"crashes": _records(crashes, run),
                                            "false_suspicions": (_records(false, run) or [{}])[0]})
 
     def load(self) -> None:
-        from .load import per_member_load, total_load
+        from .load import LOAD_COLUMNS, per_member_load
 
         self.progress("load per member")
-        load = per_member_load(self.net, self.meta_df).persist()
-        by_type, total = load.toPandas(), total_load(load).toPandas()
-        load.unpersist()
+        by_type = per_member_load(self.net, self.meta_df).toPandas().sort_values(["run", "msg_type"])
         self.tables["load"] = by_type
-        self.put("load", lambda run: {"total": (_records(total, run, ("run", "nodes")) or [{}])[0],
-                                      "by_msg_type": {r.pop("msg_type"): r for r in
-                                                      _records(by_type, run, ("run", "nodes"))}})
+
+        def per_run(run: str) -> dict[str, Any]:
+            rows = _records(by_type, run, ("run", "nodes"))
+            total = {c: sum(r[c] or 0.0 for r in rows) for c in LOAD_COLUMNS}
+            return {"total": total, "by_msg_type": {r.pop("msg_type"): r for r in rows}}
+
+        self.put("load", per_run)
 
     def views(self) -> None:
-        from .views import blocked_spans, blocked_summary, view_change_summary, view_changes, view_counts
+        from .views import blocked_spans, view_changes, view_counts
 
         self.progress("view changes")
-        changes = view_changes(self.events).toPandas()
-        spans = blocked_spans(self.events).persist()
-        blocked, spans_pd = blocked_summary(spans).toPandas(), spans.select("run", "started", "span").toPandas()
-        spans.unpersist()
+        changes = view_changes(self.events).toPandas().sort_values(["run", "start"])
+        # one row per (node, group, change): small next to the trace, and the plot wants them
+        spans = blocked_spans(self.events).select("run", "started", "ended", "span").toPandas()
         counts = view_counts(self.events).toPandas()
-        summary = changes.groupby("run").agg(changes=("view_id", "size"), to_first_median_s=("to_first_s", "median"),
-                                             to_all_median_s=("to_all_s", "median"), to_all_max_s=("to_all_s", "max"))
-        self.tables["view_changes"], self.tables["blocked_spans"] = changes, spans_pd
+        self.tables["view_changes"], self.tables["blocked_spans"] = changes, spans
         self.put("views", lambda run: {
-            "changes": _clean(summary.loc[run].to_dict()) | {"changes": int(summary.loc[run, "changes"])}
-            if run in summary.index else {"changes": 0},
-            "blocked": (_records(blocked, run) or [{"changes": 0}])[0],
+            "changes": _change_summary(changes[changes["run"] == run]),
+            "blocked": _blocked_summary(spans[spans["run"] == run]),
             "counts": (_records(counts, run) or [{}])[0],
             "change_list": _records(changes, run)[:50]})
 
@@ -177,7 +178,7 @@ class _Jobs:
             self.put("occupancy", lambda run: "not recorded")
             return
         summary = occupancy_summary(self.stats).toPandas()
-        self.tables["occupancy"] = occupancy_over_time(self.stats).toPandas()
+        self.tables["occupancy"] = occupancy_over_time(self.stats).toPandas().sort_values(["run", "group", "t"])
         recorded = set(summary["run"])
         self.put("occupancy", lambda run: {r.pop("group"): r for r in _records(summary, run)}
                  if run in recorded else "not recorded")
@@ -187,6 +188,22 @@ class _Jobs:
                     self.load, self.views, self.occupancy):
             job()
         self.events.unpersist()
+
+
+def _change_summary(changes: Any) -> dict[str, Any]:
+    """views.view_change_summary, for one run's collected changes."""
+    if changes.empty:
+        return {"changes": 0}
+    return _clean({"changes": len(changes), "to_first_median_s": changes["to_first_s"].median(),
+                   "to_all_median_s": changes["to_all_s"].median(), "to_all_max_s": changes["to_all_s"].max()})
+
+
+def _blocked_summary(spans: Any) -> dict[str, Any]:
+    """views.blocked_summary (benchmarks/membership.py's definition), for one run's collected spans."""
+    done = spans["span"].dropna()
+    return _clean({"changes": len(done), "total_s": done.sum() if len(done) else None,
+                   "median_s": done.median() if len(done) else None, "max_s": done.max() if len(done) else None,
+                   "unresolved": int(spans["ended"].isna().sum())})
 
 
 def _plots(tables: dict[str, Any], out: Path) -> dict[str, str | None]:
@@ -210,9 +227,11 @@ def analyze(runs: list[str], out: str | None = None, master: str | None = None,
     say = progress or (lambda label: None)
     started = time.monotonic()
     say("starting Spark")
-    from .session import spark_session
+    from .readers import event_rows
+    from .session import spark_session, tune_for_rows
 
     spark = spark_session(master)
+    tune_for_rows(spark, event_rows(runs))
     jobs = _Jobs(spark, runs, say)
     jobs.run_all()
     say("writing the report")

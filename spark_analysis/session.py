@@ -20,6 +20,12 @@ one with:
 * UTC as the session time zone, so nothing depends on the host's zone;
 * Arrow for ``toPandas`` (the small results the report plots).
 
+``tune_for_rows`` adapts the SQL settings to the input's size: below
+``SMALL_ROWS`` rows a job is dominated by per-stage overhead (scheduling,
+adaptive re-planning, Java code generation), so it runs with one shuffle
+partition per core, no adaptive execution and no whole-stage code generation;
+bigger inputs get them back, where they pay.
+
 ``SGCS_SPARK_MEMORY`` sets the driver memory (default 2g): in local mode the
 driver runs every task, so this is the job's whole heap.
 """
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MASTER = "local[*]"
 SHUFFLE_PARTITIONS = 8
+SMALL_ROWS = 2_000_000
 # Written to a temp file at start-up rather than shipped as package data, so
 # that any install (editable or not) gets it.
 _LOG4J_PROPERTIES = """\
@@ -67,6 +74,15 @@ def _pyspark() -> object:
     return pyspark
 
 
+def tune_for_rows(spark: SparkSession, rows: int) -> None:
+    """Runtime SQL settings for an input of ``rows`` event rows (see the module doc)."""
+    small = rows < SMALL_ROWS
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(cores if small else max(SHUFFLE_PARTITIONS, 2 * cores)))
+    spark.conf.set("spark.sql.adaptive.enabled", str(not small).lower())
+    spark.conf.set("spark.sql.codegen.wholeStage", str(not small).lower())
+
+
 def spark_session(master: str | None = None, app: str = "sgcs") -> SparkSession:
     """The active SparkSession, or a new one configured for sgcs (see the module doc)."""
     _pyspark()
@@ -77,6 +93,7 @@ def spark_session(master: str | None = None, app: str = "sgcs") -> SparkSession:
         return active
     # pyspark warns that pandas 3 is untested; the jobs only use toPandas on small results
     warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
+    warnings.filterwarnings("ignore", message=".*copy keyword is deprecated.*")  # pyspark's toPandas on pandas 3
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # silences the "resolves to loopback" warning
     log4j = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
     builder = (

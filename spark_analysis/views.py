@@ -68,15 +68,14 @@ def view_changes(events_df: DataFrame) -> DataFrame:
     return (changes.join(optimistic, _VIEW, "left").join(suspect_start, _VIEW, "left")
             .select(*_VIEW, F.size("dropped").alias("members_dropped"), start.alias("start"),
                     (F.col("first_install") - start).alias("to_first_s"),
-                    (F.col("last_install") - start).alias("to_all_s"), "installers")
-            .orderBy("run", "start"))
+                    (F.col("last_install") - start).alias("to_all_s"), "installers"))
 
 
 def view_change_summary(changes: DataFrame) -> DataFrame:
     """Per run: changes, median and max of to_all_s."""
     return changes.groupBy("run").agg(
         F.count("*").alias("changes"), F.median("to_first_s").alias("to_first_median_s"),
-        F.median("to_all_s").alias("to_all_median_s"), F.max("to_all_s").alias("to_all_max_s")).orderBy("run")
+        F.median("to_all_s").alias("to_all_median_s"), F.max("to_all_s").alias("to_all_max_s"))
 
 
 def blocked_spans(events_df: DataFrame) -> DataFrame:
@@ -95,7 +94,7 @@ def blocked_summary(spans: DataFrame) -> DataFrame:
     """Per run: changes, total_s, median_s, max_s, unresolved."""
     return spans.groupBy("run").agg(
         F.count("span").alias("changes"), F.sum("span").alias("total_s"), F.median("span").alias("median_s"),
-        F.max("span").alias("max_s"), F.sum(F.col("ended").isNull().cast("long")).alias("unresolved")).orderBy("run")
+        F.max("span").alias("max_s"), F.sum(F.col("ended").isNull().cast("long")).alias("unresolved"))
 
 
 def view_counts(events_df: DataFrame) -> DataFrame:
@@ -105,4 +104,4 @@ def view_counts(events_df: DataFrame) -> DataFrame:
     return views.groupBy("run").agg(
         F.sum(installed.cast("long")).alias("installed"),
         F.countDistinct(F.when(installed, F.col("view_id"))).alias("distinct_ids"),
-        F.sum((~installed).cast("long")).alias("optimistic")).orderBy("run")
+        F.sum((~installed).cast("long")).alias("optimistic"))
