@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 ``RUN/stats/`` (when the simulator records it) holds one row per time
-bucket, node and group: ``buffered`` (records held, not yet stable, which is
-what stability and garbage collection bound) and ``window`` (the flow
-window's occupancy, which makes senders wait at ``window_max``). A trace
+bucket boundary, node and group: ``buffered`` (the messages the node holds,
+which stability and garbage collection bound) and ``window`` (its records
+not yet stable: the flow window's occupancy, which makes senders wait at
+``window_max``). A trace
 without it reports "not recorded": ``readers.read_stats`` returns None and
 the report says so.
 
