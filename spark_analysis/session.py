@@ -26,8 +26,10 @@ adaptive re-planning, Java code generation), so it runs with one shuffle
 partition per core, no adaptive execution and no whole-stage code generation;
 bigger inputs get them back, where they pay.
 
-``SGCS_SPARK_MEMORY`` sets the driver memory (default 2g): in local mode the
-driver runs every task, so this is the job's whole heap.
+``SGCS_SPARK_MEMORY`` sets the driver memory (default: ``memory``, which
+``sgcs analyze`` picks by ``driver_memory``: 1g below SMALL_ROWS event rows,
+4g above; 2g otherwise): in local mode the driver runs every task, so this is
+the job's whole heap. It only applies when this call starts the JVM.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ if TYPE_CHECKING:
 DEFAULT_MASTER = "local[*]"
 SHUFFLE_PARTITIONS = 8
 SMALL_ROWS = 2_000_000
+DEFAULT_MEMORY = "2g"
+
+
+def driver_memory(rows: int) -> str:
+    """Driver heap for an input of ``rows`` event rows: the JVM takes all of -Xmx it is given
+    long before it needs it, so a small trace gets a small heap."""
+    return "1g" if rows < SMALL_ROWS else "4g"
 # Written to a temp file at start-up rather than shipped as package data, so
 # that any install (editable or not) gets it.
 _LOG4J_PROPERTIES = """\
@@ -83,7 +92,7 @@ def tune_for_rows(spark: SparkSession, rows: int) -> None:
     spark.conf.set("spark.sql.codegen.wholeStage", str(not small).lower())
 
 
-def spark_session(master: str | None = None, app: str = "sgcs") -> SparkSession:
+def spark_session(master: str | None = None, app: str = "sgcs", memory: str | None = None) -> SparkSession:
     """The active SparkSession, or a new one configured for sgcs (see the module doc)."""
     _pyspark()
     from pyspark.sql import SparkSession
@@ -99,7 +108,7 @@ def spark_session(master: str | None = None, app: str = "sgcs") -> SparkSession:
     builder = (
         SparkSession.builder.master(master or DEFAULT_MASTER)
         .appName(app)
-        .config("spark.driver.memory", os.environ.get("SGCS_SPARK_MEMORY", "2g"))
+        .config("spark.driver.memory", os.environ.get("SGCS_SPARK_MEMORY", memory or DEFAULT_MEMORY))
         .config("spark.driver.extraJavaOptions", log4j)
         .config("spark.executor.extraJavaOptions", log4j)
         .config("spark.ui.enabled", "false")

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 A *change* is one installed view id V of a group that some node installs
-in place of an earlier view (the views installed at a node's start are not
-changes). Its *previous* view is the one most of V's installers held just
+in place of an earlier view of the same incarnation (the views installed at
+a node's start, or restart after a crash, are not changes). Its *previous* view is the one most of V's installers held just
 before it. A change starts at the earliest of:
 
 * the first optimistic ``view`` row with id V (an optimistic view carries
@@ -30,15 +30,18 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from .common import installed_views, is_optimistic, optimistic_views
+from .common import installed_views, is_optimistic, optimistic_views, with_incarnation
 
 _VIEW = ["run", "group", "view_id"]
 
 
 def _previous_views(events: DataFrame) -> DataFrame:
     """Per change (run, group, view_id): prev_view_id (the mode over installers) and dropped members."""
-    views = installed_views(events).select("run", "node", "group", "view_id", "members", "pos")
-    order = Window.partitionBy("run", "node", "group").orderBy("pos")
+    if "incarnation" not in events.columns:
+        events = with_incarnation(events)
+    views = installed_views(events).select("run", "node", "incarnation", "group", "view_id", "members", "pos")
+    # per incarnation: a restarted node's first (singleton) view replaces nothing
+    order = Window.partitionBy("run", "node", "incarnation", "group").orderBy("pos")
     views = views.withColumn("prev_view_id", F.lag("view_id").over(order)).withColumn(
         "prev_members", F.lag("members").over(order))
     changes = views.where(F.col("prev_view_id").isNotNull() & (F.col("prev_view_id") != F.col("view_id")))
