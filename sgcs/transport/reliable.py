@@ -487,9 +487,10 @@ class ReliableStream:
             return
         if self.members[(self._position - (1 << k)) % n] != src:
             return  # not the member whose window ends just before ours
-        level = self._levels[k]
+        level, store, linger = self._levels[k], self._store, self._linger
         for sender, floor in aggregate.floors:
-            if floor > level.get(sender, 0) and sender in self._index:
+            # only streams we hold unstable records of (or linger on) keep state
+            if floor > level.get(sender, 0) and (store.get(sender) or sender in linger):
                 level[sender] = floor
                 others = min(lv.get(sender, 0) for lv in self._levels)
                 if others > self._others_floor.get(sender, 0):
@@ -521,7 +522,7 @@ class ReliableStream:
         The level comes from the clock, so members gossip the same level at
         about the same time and a value climbs one level per round."""
         self._collect_garbage()
-        self._linger = {s: r for s, r in self._linger.items() if r >= self._round}
+        self._retire_quiet_senders()
         senders = self._digest_senders()
         if not senders or not self._levels:
             return []
@@ -532,6 +533,18 @@ class ReliableStream:
         entries = tuple((s, self._contig_of(s)) for s in repair)
         assert self._roster is not None
         return [OutDigest(target, entries, Aggregate(k, self._roster.tag, floors))]
+
+    def _retire_quiet_senders(self) -> None:
+        """A sender all stable here, whose lingering cycle is over, needs no
+        stability state: 10,000 members each keeping it for every sender they
+        ever heard would grow without bound. Its next record aggregates afresh."""
+        done = [s for s, r in self._linger.items() if r < self._round and not self._store.get(s)]
+        for sender in done:
+            del self._linger[sender]
+            self._others_floor.pop(sender, None)
+            self._holders.pop(sender, None)
+            for level in self._levels:
+                level.pop(sender, None)
 
     def _window_floor(self, sender: int, levels: int) -> int:
         """The lowest number of ``sender`` held by the 2**levels members ending at us."""
