@@ -46,9 +46,9 @@ which become its multicast promise.
 here and not yet stable. The send delay is ``send_delay_min`` at an empty
 window and grows as ``send_delay_scale * W / (window_max - W)``; at
 ``window_max`` the application must wait, while control traffic (NACKs,
-retransmissions, digests, nulls) goes on so the window can drain. Removing a
-member from the view removes its ACK, so its missing ACKs stop holding the
-window.
+retransmissions, digests, nulls) goes on so the window can drain. A new view
+restarts the aggregation over its own members, so a departed member's
+missing records stop holding the window.
 """
 
 from __future__ import annotations
