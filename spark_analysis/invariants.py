@@ -25,12 +25,13 @@ Trace order is the ``pos`` column (readers.py); t is only used to prune.
    latest delivered seq on j before i, and n delivers (j, cause_m[j]) after
    i. Materialising vectors would cost deliveries x senders. Instead,
    observe that such an x = (j, cause_m[j]) first appeared before m was sent
-   and is last delivered at n after i: m's delivery lies inside x's
-   *overtaking window* at n, which is x's latency at n. Candidate pairs
-   (m, x) come from a join of deliveries on (node, time bucket), with x's
-   window spread over the buckets it covers, then filtered on ``pos``; so
-   the work is deliveries x (deliveries per window), small under any sane
-   latency. Each candidate is then checked exactly: two "latest value
+   and is last delivered at n after i: m *overtook* x at n, inside x's
+   window at n (its latency there). Candidate pairs (m, x) come from a join
+   of deliveries on (node, time bucket), with x's window spread over the
+   buckets it covers, then filtered on ``pos`` (m sent after x's first row,
+   delivered before x's last delivery at n); so the work is linear in the
+   deliveries, and the candidates are the overtakings, which a total order
+   group has none of and a FIFO or causal group few. Each candidate is then checked exactly: two "latest value
    before a position" look-ups (cause_m[j] at the sender, and n's latest on
    j before i), each a window over the real rows of the (node, stream)
    pairs that have candidates, with the candidates as marker rows.
@@ -152,9 +153,10 @@ def _latest_before(markers: DataFrame, real: DataFrame) -> DataFrame:
     return rows.where(F.col("is_real") == 0).select(*part, "pos", "lookup", value.alias("value"))
 
 
-def _overtaking_pairs(rows: DataFrame) -> DataFrame:
-    """Candidate (m delivered at node at m_pos, x delivered there later): m_pos lies between
-    x's first row anywhere and x's last delivery at that node (see the module doc)."""
+def _overtaking_pairs(rows: DataFrame, sends: DataFrame) -> DataFrame:
+    """Candidate (m delivered at node at m_pos, x delivered there later): m was sent after
+    x's first row anywhere, and delivered before x's last delivery at that node (see the
+    module doc). ``sends`` gives m_send_pos and m_send_node per message."""
     d = rows.where(F.col("kind") == "deliver")
     last = d.groupBy(*MESSAGE, "node").agg(F.max("pos").alias("x_last"), F.max_by("t", "pos").alias("x_last_t"))
     first = rows.groupBy(*MESSAGE).agg(F.min("pos").alias("x_first"), F.min_by("t", "pos").alias("x_first_t"))
@@ -163,9 +165,12 @@ def _overtaking_pairs(rows: DataFrame) -> DataFrame:
           .withColumnRenamed("sender", "x_sender").withColumnRenamed("seq", "x_seq"))
     ms = d.select("run", "group", "node", F.col("sender").alias("m_sender"), F.col("seq").alias("m_seq"),
                   F.col("pos").alias("m_pos"), F.col("t").alias("m_t"),
-                  F.floor(F.col("t") / BUCKET_S).alias("bucket"))
+                  F.floor(F.col("t") / BUCKET_S).alias("bucket")).join(sends, ["run", "group", "m_sender", "m_seq"])
     pairs = ms.join(xs, ["run", "group", "node", "bucket"])
-    return pairs.where((F.col("m_pos") > F.col("x_first")) & (F.col("m_pos") < F.col("x_last"))).drop("bucket")
+    # m sent before x existed cannot depend on x: in a correct total order group that is every
+    # pair, so this keeps the candidates to true overtakings
+    inside = (F.col("m_send_pos") > F.col("x_first")) & (F.col("m_pos") < F.col("x_last"))
+    return pairs.where(inside).drop("bucket")
 
 
 def causal(ev: DataFrame, orders: tuple[str, ...] | None = CAUSAL_ORDERS) -> DataFrame:
@@ -178,7 +183,7 @@ def causal(ev: DataFrame, orders: tuple[str, ...] | None = CAUSAL_ORDERS) -> Dat
                                                           F.col("seq").alias("m_seq")).agg(
         F.max("pos").alias("m_send_pos"), F.max_by("node", "pos").alias("m_send_node"))
     # persisted: the look-ups and the final join read the candidates, and they are few (see the module doc)
-    pairs = _overtaking_pairs(rows).join(sends, ["run", "group", "m_sender", "m_seq"]).persist()
+    pairs = _overtaking_pairs(rows, sends).persist()
     stream_rows = rows.select("run", "group", "node", "kind", F.col("sender").alias("stream"), "pos", "seq")
     markers = pairs.select("run", "group", F.col("m_send_node").alias("node"), F.col("x_sender").alias("stream"),
                            F.col("m_send_pos").alias("pos"), F.lit("cause").alias("lookup")).unionByName(

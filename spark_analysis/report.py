@@ -228,10 +228,10 @@ def analyze(runs: list[str], out: str | None = None, master: str | None = None,
     started = time.monotonic()
     say("starting Spark")
     from .readers import event_rows
-    from .session import driver_memory, spark_session, tune_for_rows
+    from .session import SMALL_ROWS, driver_memory, spark_session, tune_for_rows
 
     rows = event_rows(runs)
-    spark = spark_session(master, memory=driver_memory(rows))
+    spark = spark_session(master, memory=driver_memory(rows), small_input=rows < SMALL_ROWS)
     tune_for_rows(spark, rows)
     jobs = _Jobs(spark, runs, say)
     jobs.run_all()

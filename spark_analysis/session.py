@@ -26,6 +26,10 @@ adaptive re-planning, Java code generation), so it runs with one shuffle
 partition per core, no adaptive execution and no whole-stage code generation;
 bigger inputs get them back, where they pay.
 
+A JVM started for a small input (``small_input``) also gets
+``SMALL_INPUT_JVM``: on a small trace most of the time goes into warming the
+JVM up, and these flags halve it.
+
 ``SGCS_SPARK_MEMORY`` sets the driver memory (default: ``memory``, which
 ``sgcs analyze`` picks by ``driver_memory``: 1g below SMALL_ROWS event rows,
 4g above; 2g otherwise): in local mode the driver runs every task, so this is
@@ -49,6 +53,12 @@ DEFAULT_MASTER = "local[*]"
 SHUFFLE_PARTITIONS = 8
 SMALL_ROWS = 2_000_000
 DEFAULT_MEMORY = "2g"
+
+
+SMALL_INPUT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""JVM flags for small inputs: the quick C1 compiler only (Spark's own code is compiled
+at every start, and C2's optimising pass does not pay back in a job of seconds), and a
+serial collector for a small heap."""
 
 
 def driver_memory(rows: int) -> str:
@@ -92,8 +102,10 @@ def tune_for_rows(spark: SparkSession, rows: int) -> None:
     spark.conf.set("spark.sql.codegen.wholeStage", str(not small).lower())
 
 
-def spark_session(master: str | None = None, app: str = "sgcs", memory: str | None = None) -> SparkSession:
-    """The active SparkSession, or a new one configured for sgcs (see the module doc)."""
+def spark_session(master: str | None = None, app: str = "sgcs", memory: str | None = None,
+                  small_input: bool = False) -> SparkSession:
+    """The active SparkSession, or a new one configured for sgcs (see the module doc).
+    ``memory`` and ``small_input`` only matter when this call starts the JVM."""
     _pyspark()
     from pyspark.sql import SparkSession
 
@@ -104,13 +116,15 @@ def spark_session(master: str | None = None, app: str = "sgcs", memory: str | No
     warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
     warnings.filterwarnings("ignore", message=".*copy keyword is deprecated.*")  # pyspark's toPandas on pandas 3
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # silences the "resolves to loopback" warning
-    log4j = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
+    java = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
+    if small_input:
+        java += " " + SMALL_INPUT_JVM
     builder = (
         SparkSession.builder.master(master or DEFAULT_MASTER)
         .appName(app)
         .config("spark.driver.memory", os.environ.get("SGCS_SPARK_MEMORY", memory or DEFAULT_MEMORY))
-        .config("spark.driver.extraJavaOptions", log4j)
-        .config("spark.executor.extraJavaOptions", log4j)
+        .config("spark.driver.extraJavaOptions", java)
+        .config("spark.executor.extraJavaOptions", java)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))

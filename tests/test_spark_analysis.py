@@ -56,7 +56,7 @@ recover = [5]
 def spark() -> Any:
     from spark_analysis.session import spark_session, tune_for_rows
 
-    session = spark_session("local[1]", app="sgcs-tests")
+    session = spark_session("local[1]", app="sgcs-tests", small_input=True)
     tune_for_rows(session, 0)
     return session
 
