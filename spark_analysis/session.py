@@ -66,9 +66,14 @@ def driver_memory(rows: int) -> str:
     long before it needs it, so a small trace gets a small heap."""
     return "1g" if rows < SMALL_ROWS else "4g"
 # Written to a temp file at start-up rather than shipped as package data, so
-# that any install (editable or not) gets it.
+# that any install (editable or not) gets it. The shell loggers (repl, Python gateway) at the root's level
+# keeps Spark from announcing "Setting default log level" in every run.
 _LOG4J_PROPERTIES = """\
 rootLogger.level = error
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
