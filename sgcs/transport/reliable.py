@@ -68,9 +68,6 @@ must be in every round: a rotating subset would slow each sender's
 aggregation, leaving more senders unstable, a feedback loop. Beyond about
 150 senders the digest needs IP fragmentation (like a large heartbeat)."""
 
-HOLDER_HINTS = 8
-"""Members remembered per stream as known holders (NACK targets besides the sender)."""
-
 MISSING_SCAN = 65_536
 """Sequence numbers examined past the contiguous prefix when listing gaps, so a
 member that ACKs an absurd number cannot make us loop."""
@@ -190,7 +187,9 @@ class ReliableStream:
         self._others_floor: dict[int, int] = {}
         """Per sender, the minimum over all levels: what the others are known to hold."""
         self._linger: dict[int, int] = {}  # sender -> last round it stays in our digests
-        self._holders: dict[int, dict[int, int]] = {}  # sender -> member -> highest it holds
+        self._holders: dict[int, tuple[int, int]] = {}
+        """Per sender, the member last known to hold most of its stream, and how
+        far: a NACK target besides the sender (one per stream keeps this O(senders))."""
         self.stability_cap: dict[int, int] | None = None
         """During a view change: nothing past the snapshot (then the cut) becomes
         stable, since members new to the next view start there and may need it."""
@@ -314,10 +313,13 @@ class ReliableStream:
         if kind != "data":
             self._counts["by_gossip" if kind == "gossip" else "by_nack"] += 1
         inbound.known_high = max(inbound.known_high, record.seq)
-        inbound.pending[record.seq] = record
-        self._buffer(record)
         for sender, high in record.acks:
             self._learn_ack(record.sender, sender, high, now)
+        if record.acks and not self.params.ack_nulls:
+            # a FIFO group's piggybacked ACKs are hints, read now: do not buffer them
+            record = Record(record.sender, record.seq, (), record.flags, record.payload)
+        inbound.pending[record.seq] = record
+        self._buffer(record)
         self._advance(record.sender, inbound, delivered, now)
 
     def _advance(self, sender: int, inbound: _Inbound, delivered: list[Message], now: float) -> None:
@@ -360,13 +362,11 @@ class ReliableStream:
                 self._reschedule_nack(sender, inbound, now)
 
     def _hint_holder(self, sender: int, member: int, high: int) -> None:
-        """Remember a few members known to hold ``sender``'s stream: the
-        highest holders, since they can answer the most NACKs."""
-        hints = self._holders.setdefault(sender, {})
-        if high > hints.get(member, 0):
-            hints[member] = high
-            if len(hints) > HOLDER_HINTS:
-                del hints[min(hints, key=hints.__getitem__)]
+        """Remember the member known to hold most of ``sender``'s stream (the
+        latest of equals: it is the likeliest to still be up)."""
+        hint = self._holders.get(sender)
+        if hint is None or high >= hint[1]:
+            self._holders[sender] = (member, high)
 
     # ------------------------------------------------------------------ NACK recovery
 
@@ -397,10 +397,10 @@ class ReliableStream:
         """The sender first; then any member whose ACKs show it holds ``seq``."""
         if sender == self.me:
             return None
-        holders = [m for m, high in self._holders.get(sender, {}).items() if high >= seq and m != self.me]
-        if tries == 0 or not holders:
-            return sender
-        return self.rng.choice(holders)
+        hint = self._holders.get(sender)
+        if tries % 2 == 0 or hint is None or hint[1] < seq or hint[0] == self.me:
+            return sender  # retries alternate between the sender and the holder
+        return hint[0]
 
     def on_nack(self, src: int, sender: int, ranges: tuple[Range, ...], pull: bool) -> list[Out]:
         """Answer a NACK from our buffer, up to ``push_budget`` records."""
