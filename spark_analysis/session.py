@@ -39,6 +39,7 @@ the job's whole heap. It only applies when this call starts the JVM.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -98,6 +99,14 @@ def _pyspark() -> object:
     return pyspark
 
 
+def _quiet_warnings() -> None:
+    """pyspark warns that pandas 3 is untested, and its toPandas uses a deprecated keyword; the
+    jobs only call toPandas on small results. Set on every call (also when a session exists),
+    since a caller such as pytest may have reset the filters since the session started."""
+    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
+    warnings.filterwarnings("ignore", message=".*copy keyword is deprecated.*")
+
+
 def tune_for_rows(spark: SparkSession, rows: int) -> None:
     """Runtime SQL settings for an input of ``rows`` event rows (see the module doc)."""
     small = rows < SMALL_ROWS
@@ -114,13 +123,14 @@ def spark_session(master: str | None = None, app: str = "sgcs", memory: str | No
     _pyspark()
     from pyspark.sql import SparkSession
 
+    _quiet_warnings()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    # pyspark warns that pandas 3 is untested; the jobs only use toPandas on small results
-    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
-    warnings.filterwarnings("ignore", message=".*copy keyword is deprecated.*")  # pyspark's toPandas on pandas 3
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # silences the "resolves to loopback" warning
+    # Python workers (UDFs, sgcs sweep's simulation tasks) must run this interpreter, which has
+    # sgcs installed; Spark reads this once, when the first session starts.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     java = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
     if small_input:
         java += " " + SMALL_INPUT_JVM
