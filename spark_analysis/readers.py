@@ -23,8 +23,9 @@ loss, gossip_interval (the scenario's ``[protocol]`` value or Config's 0.1),
 net_bucket, the group orders, and the pause faults (which the events do not
 record, but which false-suspicion counting needs).
 
-Bad input (a missing directory, a directory that is not a trace) raises
-``UsageError`` with one line naming the run.
+Bad input (a missing directory, a directory that is not a trace, a part
+file that is not Parquet or lacks t/node/kind or t/node/msg_type) raises
+``UsageError`` with one line naming the run, before any Spark job.
 """
 
 from __future__ import annotations
@@ -100,7 +101,28 @@ def check_run(run: str) -> dict[str, Any]:
     for dataset in ("events", "net"):
         if not _parts(path / dataset):
             raise UsageError(f"{run}: not a trace directory (no {dataset}/*.parquet)")
+        _check_columns(run, dataset)
     return meta
+
+
+REQUIRED = {"events": ("t", "node", "kind"), "net": ("t", "node", "msg_type")}
+
+
+def _check_columns(run: str, dataset: str) -> None:
+    """Every part file of RUN/dataset is Parquet with the columns no job can do without
+    (footers only: a bad file fails here in one line, not deep inside a Spark job)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name in _parts(Path(run) / dataset):
+        try:
+            names = set(pq.read_schema(Path(run) / dataset / name).names)
+        except (OSError, pa.ArrowException) as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise UsageError(f"{run}: {dataset}/{name} is not readable Parquet ({reason})") from None
+        missing = [c for c in REQUIRED[dataset] if c not in names]
+        if missing:
+            raise UsageError(f"{run}: {dataset}/{name} lacks column(s) {', '.join(missing)}")
 
 
 def dataset_rows(run: str, dataset: str) -> int | None:

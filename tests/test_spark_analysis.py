@@ -264,6 +264,14 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, tmp_pat
     assert len(err) == 1 and err[0].startswith("sgcs analyze: error:") and message in err[0]
 
 
+def test_a_corrupt_part_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = Path(spark_traces.clean().write(tmp_path / "run"))
+    (run / "net" / "part-00000.parquet").write_bytes(b"not parquet at all")
+    assert main(["analyze", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "net/part-00000.parquet is not readable Parquet" in err[0]
+
+
 def test_a_run_without_events_is_not_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = Path(spark_traces.clean().write(tmp_path / "run"))
     for part in (run / "events").iterdir():
