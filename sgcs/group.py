@@ -33,7 +33,7 @@ from .config import Config, Order
 from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
 from .membership.roster import roster_of
 from .ordering.total import OrderedMessage, OrderingLayer
-from .transport.framing import ack_budget, entries_budget, fragment_size, pack
+from .transport.framing import ack_budget, fragment_size, pack
 from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
 from .transport.reliable import ReliableStream, TransportParams
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
@@ -63,14 +63,13 @@ and holders (stability is gossiped), and every receiver decodes every one:
 
 def build_params(config: Config) -> TransportParams:
     """The transport's knobs, derived from the node's configuration."""
-    entries = entries_budget(config.max_datagram)
     return TransportParams(
         gossip_interval=config.gossip_interval, nack_delay=config.nack_delay,
         nack_backoff_max=config.nack_backoff_max, ack_interval=config.ack_interval,
         window_max=config.window_max, send_delay_min=config.send_delay_min,
         send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
         max_message=config.max_message,
-        digest_max_entries=min(64, entries), max_acks=min(FIFO_ACKS, ack_budget(config.max_datagram)),
+        max_acks=min(FIFO_ACKS, ack_budget(config.max_datagram)),
         nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
         flush_delay=config.flush_delay, max_datagram=config.max_datagram,
     )

@@ -34,11 +34,6 @@ def fragment_size(max_datagram: int) -> int:
     return max_datagram - OVERHEAD - RECORDS_HEADER - UNICAST_HEADER - RECORD_HEADER - reserve
 
 
-def entries_budget(max_datagram: int) -> int:
-    """ACK entries that fit one digest, null or stable datagram."""
-    return (max_datagram - OVERHEAD - 8 - 3) // ACK_ENTRY_MAX
-
-
 def pack(records: tuple[Record, ...] | list[Record], max_datagram: int, unicast: bool = False) -> list[list[Record]]:
     """Split ``records`` into batches that each fit one datagram, in order."""
     budget = max_datagram - OVERHEAD - RECORDS_HEADER - (UNICAST_HEADER if unicast else 0)
