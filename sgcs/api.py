@@ -34,6 +34,7 @@ already left) reaches the caller unchanged.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -353,13 +354,18 @@ class NodeHandle:
 
 
 @asynccontextmanager
-async def open_node(config: Config) -> AsyncIterator[NodeHandle]:
+async def open_node(config: Config, *, trace: str | os.PathLike[str] | None = None) -> AsyncIterator[NodeHandle]:
     """Run an sgcs node on real sockets for the duration of the block.
+
+    ``trace``: a run directory to record trace schema 1 into (the format of
+    ``sgcs simulate``, so ``sgcs analyze`` and ``simulations.checks`` check
+    real runs too). The members of one run share one fresh directory; it
+    needs pyarrow (``pip install 'sgcs[analysis]'``).
 
     Raises ``UsageError`` when the sockets cannot be opened (port in use,
     unknown interface, no multicast), saying which Config field to change.
     Leaving the block stops every task of the node and closes its sockets."""
     if not isinstance(config, Config):
         raise UsageError(f"open_node needs an sgcs.Config, got {type(config).__name__}")
-    async with open_driver(config) as driver:
+    async with open_driver(config, trace) as driver:
         yield NodeHandle(driver)

@@ -49,7 +49,14 @@ def read_events(run: str | Path) -> Any:
         import pyarrow.parquet as pq
     except ImportError:
         raise UsageError("reading a trace needs pyarrow and pandas; run: pip install 'sgcs[analysis]'") from None
-    return pq.read_table(Path(run) / "events").to_pandas()
+    import pandas as pd
+    import pyarrow as pa
+
+    # Nullable integers: a float64 column (pandas' default for ints with
+    # nulls) would round the sequence numbers of real nodes, which carry the
+    # incarnation in their high 32 bits, and merge distinct messages.
+    return pq.read_table(Path(run) / "events").to_pandas(
+        types_mapper=lambda kind: pd.Int64Dtype() if kind == pa.int64() else None)
 
 
 def _with_incarnation(events: Any) -> Any:

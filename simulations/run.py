@@ -29,7 +29,7 @@ from sgcs.errors import UsageError
 
 from .scenario import Scenario
 from .simulator import Simulator
-from .trace import SCHEMA_VERSION, write_json
+from sgcs.trace import SCHEMA_VERSION, write_json
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ from .engine import APP, ARRIVE, RETRY, TIMER, Engine
 from .lifecycle import FAULT_HANDLERS, start_run
 from .network import Network
 from .scenario import GroupSpec, Scenario
-from .trace import EventsWriter, NetCounters, StatsWriter
+from sgcs.trace import EventsWriter, NetCounters, StatsWriter
 
 MAX_BUCKETS = 10_000_000
 

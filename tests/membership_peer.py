@@ -3,6 +3,7 @@
 Run as a script, this is a member::
 
     python tests/membership_peer.py --id N --port P --group g [--order fifo] [--rate R]
+        [--messages M --wait-for K] [--trace DIR]
 
 It opens a node with id N on loopback port P, joins the group by discovery
 (no member list: it starts as a singleton view and finds the others by
@@ -10,6 +11,10 @@ beacons), multicasts a small message every 1/R s, and prints one JSON line
 per event to stdout, flushed: ``ready`` once the node is up, ``view`` for
 every ViewChange, ``deliver`` with ``--verbose`` only, and ``exit`` with its
 counters when SIGTERM (or ``--lifetime``) ends it after a graceful leave.
+With ``--messages M`` it waits until its view holds ``--wait-for`` members,
+sends exactly M messages (blocking under flow control) at the rate, reports
+``sent_all``, then ``delivered`` counts every half second. With ``--trace
+DIR`` the node records trace schema 1 into DIR, shared by all members.
 Every line has ``t`` (``time.time()``): the harness compares it with the
 instants at which it killed or stopped a member, on the same host clock.
 
@@ -64,6 +69,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lifetime", type=float, default=600.0,
                         help="seconds before the member exits on its own, so none outlives a crashed harness")
     parser.add_argument("--verbose", action="store_true", help="also report every delivery")
+    parser.add_argument("--messages", type=int, help="send exactly this many messages, then stop sending")
+    parser.add_argument("--wait-for", type=int, default=1, help="with --messages: members to wait for first")
+    parser.add_argument("--trace", help="run directory to record trace schema 1 into")
     return parser.parse_args(argv)
 
 
@@ -95,11 +103,15 @@ async def run(args: argparse.Namespace) -> None:
     import trio
 
     counts: Counter[str] = Counter()
-    async with sgcs.open_node(config_of(args)) as node, node.join(args.group, order=args.order) as group:
+    async with sgcs.open_node(config_of(args), trace=args.trace) as node, \
+            node.join(args.group, order=args.order) as group:
         emit("ready", id=node.id, pid=os.getpid(), address=list(node.address))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
-            nursery.start_soon(_send_forever, group, args.rate, counts)
+            if args.messages is None:
+                nursery.start_soon(_send_forever, group, args.rate, counts)
+            else:
+                nursery.start_soon(_send_counted, group, args, counts)
             with trio.move_on_after(args.lifetime):
                 await _report_events(group, args.verbose, counts)
             nursery.cancel_scope.cancel()
@@ -134,6 +146,25 @@ async def _send_forever(group: Any, rate: float, counts: Counter[str]) -> None:
             counts["sent"] += 1
         except sgcs.WouldBlock:
             counts["skipped"] += 1
+
+
+async def _send_counted(group: Any, args: argparse.Namespace, counts: Counter[str]) -> None:
+    """Exactly ``args.messages`` messages once the view is big enough; then
+    report the delivery count now and then, so the harness sees when all arrived."""
+    import trio
+
+    while len(group.view) < args.wait_for:
+        await trio.sleep(0.05)
+    emit("sending", view_size=len(group.view))
+    for index in range(args.messages):
+        await group.send(b"%d:%d" % (group.node_id, index))
+        counts["sent"] += 1
+        if args.rate > 0:
+            await trio.sleep(1.0 / args.rate)
+    emit("sent_all", sent=counts["sent"])
+    while True:
+        emit("delivered", delivered=counts["delivered"])
+        await trio.sleep(0.5)
 
 
 async def _cancel_on_signal(scope: Any) -> None:
@@ -212,7 +243,7 @@ class Cluster:
 
     def __init__(
         self, size: int, workdir: Path, *, rate: float = 5.0, order: str = "fifo",
-        settings: tuple[str, ...] = (), group: str = "g",
+        settings: tuple[str, ...] = (), group: str = "g", messages: int | None = None, trace: Path | None = None,
     ) -> None:
         self.size = size
         self.workdir = workdir
@@ -220,6 +251,9 @@ class Cluster:
         self.order = order
         self.settings = settings
         self.group = group
+        self.messages = messages
+        self.trace = trace
+        """The run directory the members record their trace into; a SIGKILL adds a crash row."""
         self.peers: dict[int, Peer] = {}
         self.marks: list[tuple[float, str]] = []
         """What the harness did and when (``time.time()``), for the timeline."""
@@ -251,6 +285,8 @@ class Cluster:
             "--group", self.group, "--order", self.order, "--rate", str(self.rate),
             "--multicast-group", multicast_group, "--multicast-port", str(multicast_port),
             *(f"--set={setting}" for setting in self.settings),
+            *(() if self.messages is None else ("--messages", str(self.messages), "--wait-for", str(self.size))),
+            *(() if self.trace is None else ("--trace", str(self.trace))),
         ]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
         stderr_path = self.workdir / f"member-{node_id}.stderr"
@@ -294,6 +330,10 @@ class Cluster:
             peer.killed = True
         at = self.mark(f"{signum.name} member {node_id}")
         peer.process.send_signal(signum)
+        if signum == signal.SIGKILL and self.trace is not None:
+            from sgcs.io.recorder import record_crash
+
+            record_crash(self.trace, node_id)
         return at
 
     # ------------------------------------------------------------------ observing

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from simulations.trace import events_schema, net_schema
+from sgcs.trace import events_schema, net_schema
 
 STATS_SCHEMA = pa.schema([("t", pa.float64()), ("node", pa.int64()), ("group", pa.string()),
                           ("buffered", pa.int64()), ("window", pa.int64())])

@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import membership  # noqa: E402
-from simulations.trace import events_schema  # noqa: E402
+from sgcs.trace import events_schema  # noqa: E402
 
 SCHEMA = events_schema()
 

@@ -321,7 +321,7 @@ class Cluster:
         import pyarrow as pa
 
         from simulations.checks import violations
-        from simulations.trace import events_schema
+        from sgcs.trace import events_schema
 
         schema = events_schema()
         rows = [{name: row.get(name) for name in schema.names} for row in self.rows]

@@ -135,7 +135,7 @@ def test_out_directory_that_is_not_a_trace_is_refused(tmp_path: Path) -> None:
 
 def test_small_row_groups_keep_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Many row groups and part files read back as the same table."""
-    from simulations import trace
+    from sgcs import trace
 
     run, _, _ = run_small(tmp_path, seed=5, name="big-groups")
     monkeypatch.setattr(trace, "ROW_BUDGET", 97)

@@ -31,7 +31,10 @@ counted by errno name and never raised: UDP is unreliable anyway and the
 protocol above the wire repairs loss. ``Deliver``, ``ViewInstalled``,
 ``OptimisticView``, ``Rollback``, ``MemberSuspected``, ``MemberBusy`` and
 ``GroupError`` go to the group's bounded memory channel (``Config.app_queue``).
-Outputs the public API does not surface yet (trace events) are skipped.
+``TraceEvent`` goes to the trace recorder (``recorder.py``) when the node was
+opened with ``trace=DIR``, which also counts every datagram sent and
+received and flushes to disk every ``recorder.FLUSH_EVERY`` seconds from a
+task of its own; without a trace the node emits no trace events at all.
 
 Fast path: a route first tries to finish at once (a non-blocking ``sendto``
 on the stdlib socket, ``send_nowait`` into the channel) and only when that
@@ -81,6 +84,7 @@ import enum
 import errno
 import inspect
 import math
+import os
 import random
 import socket
 import time
@@ -110,6 +114,7 @@ from ..actions import (
 from ..config import Config, Order
 from ..errors import UsageError, WouldBlock
 from ..node import Node
+from .recorder import FLUSH_EVERY, TraceRecorder
 from .sockets import Endpoint, NodeSockets, open_sockets, read_refusals
 
 AppEvent = Union[Deliver, ViewInstalled, OptimisticView, Rollback, MemberSuspected, MemberBusy, GroupError]
@@ -164,9 +169,10 @@ class _GroupQueue:
 class TrioDriver:
     """Runs one sans-I/O node over real sockets; see the module docstring."""
 
-    def __init__(self, node: Node, sockets: NodeSockets) -> None:
+    def __init__(self, node: Node, sockets: NodeSockets, recorder: TraceRecorder | None = None) -> None:
         self.node = node
         self.sockets = sockets
+        self.recorder = recorder
         self._lock = trio.Lock()
         self._poke = trio.Event()
         self._timer_due = -math.inf
@@ -330,6 +336,8 @@ class TrioDriver:
         for sock in self.sockets.raw_receivers:
             nursery.start_soon(self._receive_loop, sock)
         nursery.start_soon(self._timer_loop)
+        if self.recorder is not None:
+            nursery.start_soon(self._trace_loop, self.recorder)
 
     def shut(self) -> None:
         """Refuse new calls and end every group's event stream."""
@@ -381,6 +389,9 @@ class TrioDriver:
 
     def _handle_datagrams(self, batch: list[tuple[Any, bytes]], now: float) -> list[Action]:
         actions: list[Action] = []
+        if self.recorder is not None:
+            for _src, data in batch:
+                self.recorder.received(data)
         for src, data in batch:
             actions += self.node.handle_datagram(src, data, now)
         return actions
@@ -398,6 +409,11 @@ class TrioDriver:
                     await self._poke.wait()
             finally:
                 self._timer_due = -math.inf
+
+    async def _trace_loop(self, recorder: TraceRecorder) -> None:
+        while True:
+            await trio.sleep(FLUSH_EVERY)
+            recorder.flush({group: self.node.occupancy(group) for group in self.node.groups})
 
     # ------------------------------------------------------------------ routing
 
@@ -434,9 +450,13 @@ class TrioDriver:
     # to finish (see "Fast path" in the module docstring).
 
     def _send(self, action: Send) -> Awaitable[None] | None:
+        if self.recorder is not None:
+            self.recorder.sent(action.msg_type, len(action.data))
         return self._sendto(action.data, action.dst)
 
     def _multicast(self, action: Multicast) -> Awaitable[None] | None:
+        if self.recorder is not None:
+            self.recorder.sent(action.msg_type, len(action.data))
         fanout = self.sockets.fanout
         for i, destination in enumerate(fanout):
             wait = self._sendto(action.data, destination)
@@ -518,9 +538,12 @@ class TrioDriver:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._discarded += 1
 
+    def _trace_event(self, action: TraceEvent) -> None:
+        if self.recorder is not None:
+            self.recorder.event(action)
+
     def _ignore(self, action: Action) -> None:
-        """Not for the driver: trace events (not recorded yet), and node outputs
-        the public API has no event for yet."""
+        """Node outputs the public API has no event for yet."""
 
 
 _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
@@ -533,7 +556,7 @@ _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
     MemberSuspected: TrioDriver._to_app,
     MemberBusy: TrioDriver._to_app,
     GroupError: TrioDriver._to_app,
-    TraceEvent: TrioDriver._ignore,
+    TraceEvent: TrioDriver._trace_event,
 }
 for _kind in typing.get_args(Action):
     # Node outputs the public API does not surface yet: skipped here, so a
@@ -593,19 +616,21 @@ def _incarnation() -> dict[str, int]:
 
 
 @asynccontextmanager
-async def open_driver(config: Config) -> AsyncIterator[TrioDriver]:
-    """Open a node's sockets and run its driver for the duration of the block.
+async def open_driver(config: Config, trace: str | os.PathLike[str] | None = None) -> AsyncIterator[TrioDriver]:
+    """Open a node's sockets and run its driver for the duration of the block;
+    with ``trace``, record trace schema 1 into that run directory.
 
     An exception from the block comes out as itself, not wrapped in an
     ExceptionGroup by the driver's nursery."""
     node_id = config.node_id if config.node_id is not None else _entropy.randrange(2**63)
     # The protocol draws from its own seeded Random (sans-I/O rule); only the
     # seed comes from the OS, so real runs differ from one another.
-    node = Node(node_id, config, random.Random(_entropy.getrandbits(64)), **_incarnation())
+    node = Node(node_id, config, random.Random(_entropy.getrandbits(64)), trace=trace is not None, **_incarnation())
+    recorder = None if trace is None else TraceRecorder(trace, node_id, config)
     sockets = await open_sockets(config)
     body_error: BaseException | None = None
     try:
-        driver = TrioDriver(node, sockets)
+        driver = TrioDriver(node, sockets, recorder)
         async with trio.open_nursery() as nursery:
             driver.start(nursery)
             try:
@@ -619,5 +644,7 @@ async def open_driver(config: Config) -> AsyncIterator[TrioDriver]:
                 nursery.cancel_scope.cancel()
     finally:
         sockets.close()
+        if recorder is not None:
+            recorder.close()
     if body_error is not None:
         raise body_error

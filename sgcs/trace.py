@@ -5,7 +5,10 @@ Theory of operation
 A run directory holds ``meta.json``, ``events/``, ``net/`` and ``stats/`` (occupancy
 samples, a column set added to schema 1); the three
 datasets are Parquet part files (``part-00000.parquet``...) so that Spark,
-pandas and pyarrow read them as one table each.
+pandas and pyarrow read them as one table each. The simulator writes one
+run's files from one process; real member processes (``sgcs.io.recorder``)
+share a run directory, each naming its part files with its own prefix
+(``part-<node>-00000.parquet``), so names sort by node, then in write order.
 
 ``EventsWriter.add`` is on the simulator's hot path: it only appends
 ``(t, node, TraceEvent)`` to three lists. When the buffered rows (plus the
@@ -33,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from sgcs.actions import TraceEvent
-from sgcs.errors import UsageError
+from .actions import TraceEvent
+from .errors import UsageError
 
 SCHEMA_VERSION = 1
 ROW_BUDGET = 200_000
@@ -96,10 +99,12 @@ _EVENT_FIELDS = ("kind", "group", "sender", "seq", "order", "view_id", "members"
 class _PartWriter:
     """Writes record batches as row groups into rotating part files."""
 
-    def __init__(self, directory: Path, schema: Any) -> None:
+    def __init__(self, directory: Path, schema: Any, prefix: str = "", groups_per_part: int | None = None) -> None:
         self._pa, self._pq = pyarrow_modules()
         self._dir = directory
         self._schema = schema
+        self._prefix = prefix
+        self._groups_per_part = ROW_GROUPS_PER_PART if groups_per_part is None else groups_per_part
         self._writer: Any = None
         self._part = 0
         self._groups_in_part = 0
@@ -108,11 +113,10 @@ class _PartWriter:
     def write(self, columns: list[Any]) -> None:
         batch = self._pa.record_batch(columns, schema=self._schema)
         if self._writer is None:
-            path = self._dir / f"part-{self._part:05d}.parquet"
-            self._writer = self._pq.ParquetWriter(path, self._schema, compression="zstd")
+            self._writer = self._pq.ParquetWriter(self._hidden_path(), self._schema, compression="zstd")
         self._writer.write_batch(batch)
         self._groups_in_part += 1
-        if self._groups_in_part >= ROW_GROUPS_PER_PART:
+        if self._groups_in_part >= self._groups_per_part:
             self._close_part()
 
     def close(self, empty_columns: list[Any]) -> None:
@@ -121,24 +125,37 @@ class _PartWriter:
             self.write(empty_columns)
         self._close_part()
 
+    def _final_path(self) -> Path:
+        return self._dir / f"part-{self._prefix}{self._part:05d}.parquet"
+
+    def _hidden_path(self) -> Path:
+        """Where a part is written until complete: readers skip hidden files,
+        so a process killed mid-write leaves no truncated part behind."""
+        return self._dir / f".{self._final_path().name}.inprogress"
+
     def _close_part(self) -> None:
         if self._writer is not None:
             self._writer.close()
+            self._hidden_path().rename(self._final_path())
             self._writer = None
             self._part += 1
             self._groups_in_part = 0
 
 
 class EventsWriter:
-    """Buffers event rows and writes them to ``RUN/events/``."""
+    """Buffers event rows and writes them to ``RUN/events/``.
 
-    def __init__(self, directory: Path) -> None:
+    ``prefix`` and ``groups_per_part`` as in ``_PartWriter``: a real member
+    writes every flush as a complete part file of its own, so that a process
+    killed with SIGKILL leaves readable files behind."""
+
+    def __init__(self, directory: Path, prefix: str = "", groups_per_part: int | None = None) -> None:
         self._pa, _ = pyarrow_modules()
         import pyarrow.compute
 
         self._pc = pyarrow.compute
         self._schema = events_schema()
-        self._parts = _PartWriter(directory, self._schema)
+        self._parts = _PartWriter(directory, self._schema, prefix, groups_per_part)
         self._t: list[float] = []
         self._node: list[int] = []
         self._events: list[TraceEvent] = []
@@ -215,11 +232,14 @@ class StatsWriter:
     every bucket boundary ``t``, the messages a node holds (``buffered``) and
     its flow-control window (``window``: records not yet stable)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, prefix: str = "", groups_per_part: int | None = None) -> None:
         self._pa, _ = pyarrow_modules()
         self._schema = stats_schema()
-        self._parts = _PartWriter(directory, self._schema)
+        self._parts = _PartWriter(directory, self._schema, prefix, groups_per_part)
         self._rows: list[list[Any]] = [[] for _ in self._schema]
+
+    def flush(self) -> None:
+        self._write()
 
     def add(self, t: float, node: int, group: str, buffered: int, window: int) -> None:
         for column, value in zip(self._rows, (t, node, group, buffered, window)):
@@ -239,13 +259,18 @@ class StatsWriter:
 
 
 class NetCounters:
-    """Per-node traffic of the current bucket, written to ``RUN/net/``."""
+    """Per-node traffic of the current bucket, written to ``RUN/net/``.
 
-    def __init__(self, directory: Path, nodes: int) -> None:
+    Counters are indexed 0..nodes-1; ``ids`` maps an index to the ``node``
+    written in the rows (default: the index itself)."""
+
+    def __init__(self, directory: Path, nodes: int, ids: tuple[int, ...] | None = None, prefix: str = "",
+                 groups_per_part: int | None = None) -> None:
         self._pa, _ = pyarrow_modules()
         self._schema = net_schema()
-        self._parts = _PartWriter(directory, self._schema)
+        self._parts = _PartWriter(directory, self._schema, prefix, groups_per_part)
         self._nodes = nodes
+        self._ids = tuple(range(nodes)) if ids is None else ids
         self._counts: dict[str, list[list[int]]] = {}
         self._rows: list[list[Any]] = [[] for _ in self._schema]
         self.rows = 0
@@ -277,13 +302,17 @@ class NetCounters:
         rows = self._rows
         for label in sorted(self._counts):
             counts = self._counts[label]
-            for node, values in enumerate(zip(*counts)):
+            for index, values in enumerate(zip(*counts)):
                 if any(values):
-                    for column, value in zip(rows, (bucket_start, node, label, *values)):
+                    for column, value in zip(rows, (bucket_start, self._ids[index], label, *values)):
                         column.append(value)
         self._counts = {}
         if len(rows[0]) >= ROW_BUDGET:
             self._write()
+
+    def flush(self) -> None:
+        """Write the rows of finished buckets now."""
+        self._write()
 
     def close(self, bucket_start: float) -> None:
         self.roll(bucket_start)
