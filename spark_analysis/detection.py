@@ -10,9 +10,9 @@ position p).
 
 * ``first_suspicion_s``: from tc to the first ``suspect`` row after p, at
   any node, whose target is X.
-* Survivors: the nodes with no crash row (at any time) and no leave row in
-  that group, other than X, whose last installed view before p in a group
-  held X. ``exclusion`` for a survivor is the delay until it has installed a
+* Survivors: the nodes with no crash row (at any time), other than X,
+  whose last installed view before p in a group held X, and that did not
+  leave that group before installing a view without X. ``exclusion`` for a survivor is the delay until it has installed a
   view without X (after p) in *every* such group; ``survivors`` counts them,
   ``never_excluded`` those that never did, and ``exclusion_median_s`` /
   ``exclusion_max_s`` summarise the others (an exact median, interpolated
@@ -65,12 +65,16 @@ def _survivor_exclusions(events: DataFrame, crashes: DataFrame) -> DataFrame:
     current = (_views_around(views, crashes, before=True).groupBy(*_CRASH, "node", "group")
                .agg(F.max_by("has_x", "pos").alias("has_x")).where("has_x"))
     crashed = events.where(F.col("kind") == "crash").select("run", "node").distinct()
-    left = events.where(F.col("kind") == "leave").select("run", "node", "group").distinct()
-    waiting = (current.where(F.col("node") != F.col("x"))
-               .join(crashed, ["run", "node"], "left_anti").join(left, ["run", "node", "group"], "left_anti"))
+    left = (events.where(F.col("kind") == "leave").groupBy("run", "node", "group")
+            .agg(F.min("pos").alias("p_leave")))
+    waiting = current.where(F.col("node") != F.col("x")).join(crashed, ["run", "node"], "left_anti")
     excluded = (_views_around(views, crashes, before=False).where(~F.col("has_x"))
-                .groupBy(*_CRASH, "node", "group").agg(F.min_by("t", "pos").alias("t_ex")))
-    pairs = waiting.join(excluded, [*_CRASH, "node", "group"], "left")
+                .groupBy(*_CRASH, "node", "group").agg(F.min_by("t", "pos").alias("t_ex"),
+                                                       F.min("pos").alias("p_ex")))
+    # A member that left the group before excluding X is no survivor there
+    # (members of a real run all leave at its end, after the exclusion).
+    pairs = (waiting.join(excluded, [*_CRASH, "node", "group"], "left").join(left, ["run", "node", "group"], "left")
+             .where(F.col("p_leave").isNull() | (F.col("p_ex").isNotNull() & (F.col("p_ex") < F.col("p_leave")))))
     return pairs.groupBy(*_CRASH, "node").agg(
         F.max(F.col("t_ex").isNull().cast("int")).cast("boolean").alias("never"), F.max("t_ex").alias("done_t"))
 

@@ -12,7 +12,10 @@ Events carry order: within a node, row order is event order (deliveries in
 particular). Spark does not keep file row order through shuffles, so
 ``read_events`` adds ``pos``, a long that sorts rows in trace order: the
 part file's index (part files sort by name in write order) in the high bits
-and Parquet's ``_metadata.row_index`` in the low 40 bits. Jobs order by
+and Parquet's ``_metadata.row_index`` in the low 40 bits. A trace of real
+processes has a file set per member, so there ``pos`` is the rank by
+``t`` (one host clock), ties broken by file order; that ranking runs in one
+partition, which real traces, thousands of rows per second, can afford. Jobs order by
 ``pos``, never by ``t`` alone, because many events share an instant.
 
 Optional event columns (``dest``, ``reason``, ``optimistic``...) are added as
@@ -37,13 +40,15 @@ from typing import Any, Iterable
 
 from sgcs.errors import UsageError
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 DEFAULT_GOSSIP_INTERVAL = 0.1
 """Seconds per gossip round when a scenario does not set one (sgcs.Config's default)."""
 ROW_INDEX_BITS = 40
+REAL_SOURCE = "real"
+"""meta.json's ``scenario.source`` in traces of real processes (``sgcs.io.recorder``)."""
 """``pos`` = part index << 40 | row index: 10^12 rows per part file is far beyond any trace."""
 
 EVENT_COLUMNS: dict[str, T.DataType] = {
@@ -157,7 +162,12 @@ def _read_events_one(spark: SparkSession, run: str) -> DataFrame:
     df = spark.read.parquet(str(Path(run) / "events")).select("*", "_metadata")
     part = F.coalesce(index[F.col("_metadata.file_name")], F.lit(0)).cast("long")
     pos = F.shiftleft(part, ROW_INDEX_BITS) + F.col("_metadata.row_index")
-    return _conform(df, EVENT_COLUMNS).withColumn("pos", pos).withColumn("run", F.lit(run)).drop("_metadata")
+    events = _conform(df, EVENT_COLUMNS).withColumn("pos", pos).withColumn("run", F.lit(run)).drop("_metadata")
+    if check_run(run).get("scenario", {}).get("source") == REAL_SOURCE:
+        # Real members write a file set each (sorted by node): their shared
+        # clock orders rows across nodes, file order breaks ties within one.
+        events = events.withColumn("pos", F.row_number().over(Window.orderBy("t", "pos")).cast("long"))
+    return events
 
 
 def read_events(spark: SparkSession, runs: list[str]) -> DataFrame:

@@ -135,6 +135,8 @@ def test_five_members_total_order_with_a_kill_leave_a_clean_trace(tmp_path: Path
     print(figures)
     record_property("figures", figures)
     assert (sends["node"] != VICTIM).sum() == (MEMBERS - 1) * MESSAGES, figures
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["nodes"] == MEMBERS and ((events["kind"] == "crash") & (events["node"] == VICTIM)).sum() == 1
     assert set(found.values()) == {0}, f"{figures}\ntrace: {run}"
     survivors_delivered = {delivered[i] for i in survivors}
     assert len(survivors_delivered) == 1 and survivors_delivered.pop() >= (MEMBERS - 1) * MESSAGES, figures

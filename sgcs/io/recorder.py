@@ -121,15 +121,7 @@ class TraceRecorder:
         self._events.close()
         self._net.close(self._bucket)
         self._stats.close()
-        with _meta_lock(self.directory):
-            meta = _read_meta(self.directory)
-            members = sorted(set(meta.get("members", [])) | {self.node})
-            groups = {g["name"]: g["order"] for g in meta["scenario"].get("groups", [])}
-            groups.update({name: order for name, order in self._orders.items() if name not in groups})
-            meta.update(members=members, nodes=len(members),
-                        duration=max(float(meta.get("duration") or 0.0), round(max(self._last, self.now()), 6)))
-            meta["scenario"]["groups"] = [{"name": n, "order": o} for n, o in sorted(groups.items())]
-            _write_json_atomically(self.directory / "meta.json", meta)
+        add_member(self.directory, self.node, max(self._last, self.now()), self._orders)
 
 
 def open_run(directory: Path, config: Config) -> dict[str, Any]:
@@ -165,7 +157,22 @@ def record_crash(directory: str | os.PathLike[str], node: int, t: float | None =
     writer = EventsWriter(directory / "events", f"{prefix_of(node)}crash-{time.time_ns()}-", groups_per_part=1)
     writer.add(when, node, TraceEvent("crash"))
     writer.close()
+    add_member(directory, node, when, {})
     return when
+
+
+def add_member(directory: Path, node: int, end: float, orders: dict[str, str]) -> None:
+    """Count ``node`` in meta.json's ``members`` and ``nodes``, its groups in
+    the scenario, and ``end`` (seconds since the epoch) in ``duration``."""
+    with _meta_lock(directory):
+        meta = _read_meta(directory)
+        members = sorted(set(meta.get("members", [])) | {node})
+        groups = {g["name"]: g["order"] for g in meta["scenario"].get("groups", [])}
+        groups.update({name: order for name, order in orders.items() if name not in groups})
+        meta.update(members=members, nodes=len(members),
+                    duration=max(float(meta.get("duration") or 0.0), round(end, 6)))
+        meta["scenario"]["groups"] = [{"name": n, "order": o} for n, o in sorted(groups.items())]
+        _write_json_atomically(directory / "meta.json", meta)
 
 
 def _new_meta(config: Config) -> dict[str, Any]:
