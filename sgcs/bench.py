@@ -4,13 +4,12 @@ Theory of operation
 -------------------
 ``run_bench`` starts one OS process per member (``python -m
 sgcs.bench_member``, see that module for what a member does and how it
-measures), on 127.0.0.1 with a multicast group and port of this run's own: a
-free UDP port and a random 239.255.x.y, so concurrent runs do not hear each
-other. The secret is random unless given, and goes to the members in their
-environment.
+measures), on 127.0.0.1 with a multicast group and port of this run's own
+(``sgcs.members``, shared with ``sgcs demo``). The secret is random unless
+given, and goes to the members in their environment.
 
-Members talk to the parent in JSON lines on stdout; one thread per member
-reads them into a queue, so the parent waits on one queue with the run's
+Members talk to the parent in JSON lines on stdout, which ``sgcs.members``
+reads into one queue, so the parent waits on one queue with the run's
 deadline. When every member has reported "done", the parent closes their
 stdin (until then they keep serving retransmissions and ACKs to the others),
 collects their node statistics and waits for them to exit.
@@ -29,34 +28,28 @@ percentiles.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import queue
-import random
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from . import __version__
-from .bench_member import SECRET_ENV, STAMP, MemberSpec
+from .bench_member import STAMP, MemberSpec
 from .config import MIN_DATAGRAM, MAX_UDP_PAYLOAD, Config, Order
 from .errors import SgcsError, UsageError
+from .members import KILL_GRACE, Child, Lines, private_network, spawn, stop_all
 
 MAX_MEMBERS = 64
 VIEW_TIMEOUT = 30.0
 """Seconds a member may wait for its view to hold every member."""
 EXIT_GRACE = 15.0
 """Seconds the members get, once released, to report their statistics and exit."""
-KILL_GRACE = 2.0
-"""Seconds between terminating a member and killing it."""
 STAT_KEYS = (
     "datagrams_sent", "datagrams_received", "bytes_sent", "bytes_received", "retransmissions", "nacks_sent",
     "duplicates", "gossip_pushes", "repaired_by_nack", "repaired_by_gossip", "peak_buffered", "dropped",
@@ -116,21 +109,13 @@ def _check_int(name: str, value: int, low: int, high: int) -> None:
 
 
 @dataclass(slots=True)
-class _MemberState:
-    index: int
-    process: subprocess.Popen[str]
-    stderr: IO[str]
+class _MemberState(Child):
     id: int | None = None
     view: int = 0
     delivered: int = 0
     result: dict[str, Any] | None = None
     stats: dict[str, Any] | None = None
     exited: bool = False
-
-    def last_error_line(self) -> str:
-        self.stderr.seek(0)
-        lines = [line.strip() for line in self.stderr.read().splitlines() if line.strip()]
-        return lines[-1] if lines else f"exit code {self.process.poll()}"
 
 
 @dataclass(slots=True)
@@ -179,11 +164,11 @@ def run_bench(options: BenchOptions, progress: bool | None = None) -> BenchRepor
     """Run the benchmark; raises ``BenchError`` with one line when it fails."""
     show = sys.stderr.isatty() if progress is None else progress
     secret = options.secret or os.urandom(16)
-    group, port = _private_network()
+    group, port = private_network()
     timeout = options.timeout or options.default_timeout()
     started = time.monotonic()
     deadline = started + timeout
-    events: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
+    events: Lines = queue.Queue()
     states: list[_MemberState] = []
     try:
         for index in range(options.members):
@@ -192,17 +177,17 @@ def run_bench(options: BenchOptions, progress: bool | None = None) -> BenchRepor
                 order=options.order, rate=options.rate, max_datagram=options.max_datagram,
                 multicast_group=group, multicast_port=port, view_timeout=min(VIEW_TIMEOUT, timeout),
             )
-            states.append(_spawn(spec, secret, events))
+            states.append(_MemberState(index, *spawn("sgcs.bench_member", index, spec.to_json(), secret, events)))
         with _progress_bar(options, show) as update:
             _wait(states, events, deadline, timeout, "done", update)
             wall = time.monotonic() - started
             for state in states:
-                _close_stdin(state)
+                state.close_stdin()
             _wait(states, events, min(deadline, time.monotonic() + EXIT_GRACE), EXIT_GRACE, "stats", update)
         for state in states:
             state.process.wait(timeout=EXIT_GRACE)
     finally:
-        _stop_all(states)
+        stop_all(states)
     report = BenchReport(options, wall_seconds=wall)
     for state in states:
         assert state.result is not None and state.stats is not None
@@ -212,37 +197,7 @@ def run_bench(options: BenchOptions, progress: bool | None = None) -> BenchRepor
     return report
 
 
-def _private_network() -> tuple[str, int]:
-    """A free UDP port and a random administratively scoped multicast group."""
-    rng = random.SystemRandom()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"239.255.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}", port
-
-
-def _spawn(spec: MemberSpec, secret: bytes, events: queue.Queue[tuple[int, dict[str, Any] | None]]) -> _MemberState:
-    stderr = tempfile.TemporaryFile(mode="w+", prefix="sgcs-bench-")
-    env = {**os.environ, SECRET_ENV: secret.hex()}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sgcs.bench_member", spec.to_json()],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True, bufsize=1,
-    )
-    threading.Thread(target=_read_lines, args=(spec.index, process.stdout, events), daemon=True).start()
-    return _MemberState(spec.index, process, stderr)
-
-
-def _read_lines(index: int, stream: IO[str], events: queue.Queue[tuple[int, dict[str, Any] | None]]) -> None:
-    for line in stream:
-        try:
-            message = json.loads(line)
-        except json.JSONDecodeError:
-            message = {"event": "noise", "line": line}
-        events.put((index, message))
-    events.put((index, None))
-
-
-def _wait(states: list[_MemberState], events: queue.Queue[tuple[int, dict[str, Any] | None]], deadline: float,
+def _wait(states: list[_MemberState], events: Lines, deadline: float,
           timeout: float, until: str, update: Callable[[list[_MemberState]], None]) -> None:
     """Handle the members' messages until each has sent ``until`` ("done" or "stats")."""
     def complete() -> bool:
@@ -294,30 +249,6 @@ def _timeout_message(states: list[_MemberState], timeout: float, until: str) -> 
     waiting = [s for s in states if s.result is None]
     detail = ", ".join(f"member {s.index}: view {s.view}, delivered {s.delivered}" for s in waiting)
     return f"timed out after {timeout:g} s ({detail}); raise --timeout for long runs"
-
-
-def _close_stdin(state: _MemberState) -> None:
-    try:
-        if state.process.stdin is not None:
-            state.process.stdin.close()
-    except OSError:
-        pass  # it has exited already
-
-
-def _stop_all(states: list[_MemberState]) -> None:
-    """No member outlives the run: terminate, then kill what is left."""
-    for state in states:
-        _close_stdin(state)
-        if state.process.poll() is None:
-            state.process.terminate()
-    stop_by = time.monotonic() + KILL_GRACE
-    for state in states:
-        try:
-            state.process.wait(timeout=max(0.0, stop_by - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            state.process.kill()
-            state.process.wait()
-        state.stderr.close()
 
 
 @contextmanager

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 The parent (``sgcs.bench``) starts ``python -m sgcs.bench_member SPEC`` once
 per member, SPEC being a JSON object (``MemberSpec``), and the group secret
-in the environment (``SGCS_BENCH_SECRET``, hex) rather than on the command
-line. The member uses nothing but the public trio API, so the figures are
+in the environment (``sgcs.members.SECRET_ENV``, hex) rather than on the
+command line. The member uses nothing but the public trio API, so the figures are
 those a user gets:
 
 1. open a node on 127.0.0.1 with the run's own multicast group and port, and
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import resource
 import struct
 import sys
@@ -56,8 +55,8 @@ import trio
 
 import sgcs
 from sgcs.api import Delivery, ViewChange  # the same classes as sgcs.Delivery, without the lazy lookup per event
+from sgcs.members import member_main, report, stdin_closed
 
-SECRET_ENV = "SGCS_BENCH_SECRET"
 GROUP = "bench"
 START_PAUSE = 0.5
 """Seconds between the full view and the first send (JPerf's Thread.sleep(500))."""
@@ -101,11 +100,6 @@ class MemberSpec:
 
 class BenchFailure(Exception):
     """The member cannot complete the run; the message is one line for the user."""
-
-
-def report(event: str, **fields: Any) -> None:
-    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
-    sys.stdout.flush()
 
 
 class Member:
@@ -229,14 +223,13 @@ async def run_member(spec: MemberSpec, secret: bytes) -> None:
         # members saturate the CPU on purpose: a starved member is slow, not dead
         suspect_factor=BENCH_SUSPECT_FACTOR,
     )
-    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     async with sgcs.open_node(config) as node, node.join(GROUP, order=spec.order) as group:
         member = Member(spec, node.id)
         report("joined", id=node.id)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(member.receive, group)
             nursery.start_soon(member.report_progress)
-            nursery.start_soon(_watch_parent, stdin, member)
+            nursery.start_soon(_watch_parent, member)
             await _start(member, group, spec)
             await trio.sleep(START_PAUSE)
             await member.send_all(group)
@@ -264,10 +257,9 @@ async def _start(member: Member, group: sgcs.GroupHandle, spec: MemberSpec) -> N
     )
 
 
-async def _watch_parent(stdin: trio.lowlevel.FdStream, member: Member) -> None:
+async def _watch_parent(member: Member) -> None:
     """Stdin closes when every member is done, or earlier when the parent is gone."""
-    while await stdin.receive_some(4096):
-        pass
+    await stdin_closed()
     if not member.done.is_set():
         raise BenchFailure("the parent process went away")
     member.released.set()
@@ -275,31 +267,7 @@ async def _watch_parent(stdin: trio.lowlevel.FdStream, member: Member) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        spec = MemberSpec.from_json(argv[0])
-        secret = bytes.fromhex(os.environ[SECRET_ENV])
-    except (IndexError, KeyError, ValueError, TypeError) as exc:
-        print(f"sgcs.bench_member: bad invocation ({exc}); it is started by `sgcs bench`", file=sys.stderr)
-        return 2
-    try:
-        trio.run(run_member, spec, secret)
-    except KeyboardInterrupt:
-        return 130
-    except BaseException as exc:  # one line to the parent, whatever it was
-        failure = _first_failure(exc)
-        report("error", message=str(failure) if isinstance(failure, (BenchFailure, sgcs.UsageError))
-               else f"{type(failure).__name__}: {failure}")
-        if not isinstance(failure, (BenchFailure, sgcs.UsageError)):
-            raise
-        return 1
-    return 0
-
-
-def _first_failure(exc: BaseException) -> BaseException:
-    """The meaningful exception inside trio's exception groups."""
-    while isinstance(exc, BaseExceptionGroup):
-        exc = next((e for e in exc.exceptions if not isinstance(e, trio.Cancelled)), exc.exceptions[0])
-    return exc
+    return member_main(argv, "bench", MemberSpec.from_json, run_member, (BenchFailure,))
 
 
 if __name__ == "__main__":

@@ -141,18 +141,48 @@ def _run_analyze(args: argparse.Namespace) -> int:
     return run_analyze(args.runs, args.out, args.master, args.progress)
 
 
+def _add_demo(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--members", type=int, default=4, metavar="N", help="member processes, 2 to 16 (default 4)")
+    parser.add_argument("--duration", type=float, default=12.0, metavar="S", help="seconds to run (default 12)")
+    parser.add_argument("--kill-at", type=float, metavar="S",
+                        help="seconds into the run to SIGKILL a member chosen at random "
+                             "(default: half the duration; 0: never)")
+    parser.add_argument("--rate", type=float, default=20.0, metavar="R",
+                        help="messages per second each member multicasts (default 20)")
+    parser.add_argument("--order", default="total", choices=("fifo", "causal", "total", "safe"),
+                        help="the group's delivery order (default total)")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="every member records trace schema 1 into DIR, new or empty (for sgcs analyze)")
+    parser.add_argument("--plain", action="store_true",
+                        help="plain lines instead of the live table (the default when stdout is not a terminal)")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from .demo import DemoOptions, run_demo
+
+    report = run_demo(DemoOptions(members=args.members, duration=args.duration, kill_at=args.kill_at,
+                                  rate=args.rate, order=args.order, trace=args.trace, plain=args.plain))
+    print(report.summary)
+    if report.failure is not None:
+        print(f"sgcs demo: error: {report.failure}", file=sys.stderr)
+        return EXIT_BUG
+    return EXIT_OK
+
+
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: tuple[Command, ...] = (
     ("simulate", _add_simulate, _run_simulate),
     ("bench", _add_bench, _run_bench),
     ("sweep", _add_sweep, _run_sweep),
     ("analyze", _add_analyze, _run_analyze),
+    ("demo", _add_demo, _run_demo),
 )
 _HELP = {
     "simulate": "run a scenario in the deterministic simulator and write a trace directory",
     "bench": "measure throughput and latency of real member processes on loopback (like JGroups' JPerf)",
     "sweep": "run a grid of simulations as Spark tasks, then fit load and detection time against N",
     "analyze": "run the Spark jobs over trace directories; write report.md, metrics.json and plots",
+    "demo": "a live local group: N member processes multicast, one is killed partway, the others change view",
 }
 
 
