@@ -196,6 +196,9 @@ class GroupStack:
                 return self.agreement.member_failed(src, now)  # it restarted, or missed its exclusion
             if self.me not in members and msg.epoch > self.view.epoch and self.committing is None:
                 return self.agreement.left_out(src, msg.epoch)  # we missed the commit that excluded us
+            if msg.epoch >= self.view.epoch and tuple(sorted(members)) != self.view.members \
+                    and src != self.agreement.coordinator():
+                return self.agreement.diverge(dict.fromkeys(members, msg.epoch), now)  # two views overlap
             return []
         return self.agreement.merge_with(dict.fromkeys(members, msg.epoch), src, now)
 

@@ -483,7 +483,8 @@ class Node:
         state = self._member_group(head.group_tag)
         if state is None:
             return []
-        if header.msg_type is MsgType.BEACON and header.sender in state.view and head.epoch == state.view.epoch:
+        if header.msg_type is MsgType.BEACON and head.epoch == state.view.epoch \
+                and header.sender == state.agreement.coordinator():
             return []  # our own coordinator's beacon: its member list is ours
         msg = decode_control_untrusted(body)
         out: list[Action] = []

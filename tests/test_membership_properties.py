@@ -470,11 +470,6 @@ def test_member_that_missed_the_commit_of_its_exclusion_rejoins() -> None:
     net.converge()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a restarted member rejoined before the survivors installed its exclusion is taken for its old incarnation: "
-    "node 2 commits view (1, 2, 4) whose cut asks for 1's stream up to 2**32 (incarnation 1's base), but 2 still "
-    "holds 1's incarnation-0 stream (contiguous up to 0) and waits for it forever (GroupStack.progress never "
-    "installs); 1 and 4 installed the view, so nobody ever excludes 2 and the views never converge"))
 def test_restart_before_exclusion_does_not_block_the_survivors() -> None:
     net = Cluster()
     net.start(3)
@@ -517,7 +512,7 @@ def committed_without_2(net: Cluster) -> None:
     net.run(0.05)
     net.crash(4)
     net.multicast(3)  # 1 and 3 hold it; 2 never will while it is starved
-    net.run(2.5, lose=starves_2)
+    net.run(1.9, lose=starves_2)  # 1 and 3 install at about 1.4 s; 2 gives up at about 2.0 s
     assert net.nodes[1].view(GROUP)[1] == net.nodes[3].view(GROUP)[1] == (1, 2, 3)
     # 2 still completes the cut, or gave up after 2 * view_timeout and stands alone
     assert net.nodes[2].view(GROUP)[1] in ((1, 2, 3, 4), (2,))

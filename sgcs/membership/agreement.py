@@ -161,6 +161,9 @@ class ViewAgreement:
         """Members the failure detector is confirming (kept by the node)."""
         self._deferred_since: float | None = None
         self._reconsider_at: float | None = None
+        self.diverged = False
+        """A member of our view coordinates another view of this epoch or
+        later: propose afresh even though the wanted membership is the view."""
 
     # ------------------------------------------------------------------ queries
 
@@ -206,6 +209,18 @@ class ViewAgreement:
         self.joiners.update(fresh)
         return self.reconsider(now)
 
+    def diverge(self, members: dict[int, int], now: float) -> list[AgreementOut]:
+        """Beacon of a coordinator that is in our view, of a view that is not
+        ours, at our epoch or later: two overlapping views exist (each thinks
+        the other's members installed it). As our coordinator, propose the
+        union at a higher epoch; both components accept it, since each is
+        wholly inside it."""
+        if self.coordinator() != self.me:
+            return []
+        self.joiners.update(members)
+        self.diverged = True
+        return self.reconsider(now)
+
     def reconsider(self, now: float) -> list[AgreementOut]:
         """As coordinator, propose when the wanted membership is not the view.
         While other members are still being confirmed (suspected, not yet
@@ -216,7 +231,7 @@ class ViewAgreement:
             return []
         wanted = tuple(sorted(self.wanted()))
         current = self.coordination.proposal.members if self.coordination else self.view.members
-        if wanted == current:
+        if wanted == current and not (self.diverged and self.coordination is None):
             self._deferred_since = None
             return []
         if self.suspected & set(wanted) - {self.me}:
@@ -256,6 +271,8 @@ class ViewAgreement:
         proposal = _Proposal(msg.epoch, msg.attempt, src, members)
         if self.me not in members or proposal.epoch <= self.view.epoch:
             return []
+        if self.committing is not None and proposal.epoch <= self.committing.view.epoch:
+            return []  # we install a view of that epoch: agreeing to another would make two
         if src not in self.view and not set(self.view.members) - self.failed - self.leaving <= set(members):
             return []  # a merge takes whole components: this one is stale or partial
         if self.accepted is not None and proposal.key < self.accepted.key:
@@ -285,8 +302,8 @@ class ViewAgreement:
 
     def on_commit(self, src: int, msg: Control) -> list[AgreementOut]:
         if len(msg.lists) != 3 or msg.epoch <= self.view.epoch or self.committing is not None:
-            if msg.epoch == self.view.epoch and self.me in self.view:
-                return [self._installed_reply(src, msg.epoch, msg.attempt)]
+            if msg.epoch == self.view.epoch and self.me in self.view and self._is_our_view(msg):
+                return [self._installed_reply(src, msg.epoch, msg.attempt)]  # a repeat of our commit
             return []
         members = tuple(m for m, _ in msg.lists[0])
         if self.me not in members:
@@ -296,6 +313,9 @@ class ViewAgreement:
         self.committing = Commit(View.of(msg.epoch, members), dict(msg.lists[1]), dict(msg.lists[2]), src,
                                  msg.attempt)
         return [self.committing]
+
+    def _is_our_view(self, commit: Control) -> bool:
+        return len(commit.lists) == 3 and tuple(sorted(m for m, _ in commit.lists[0])) == self.view.members
 
     def left_out(self, coordinator: int, epoch: int) -> list[AgreementOut]:
         """Our coordinator's beacon shows a later view without us: we missed
@@ -317,6 +337,7 @@ class ViewAgreement:
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
         self.accepted = self.snapshot = self.commit_wait = self.committing = None
         self.sent_under = []
+        self.diverged = False
         if self.coordination is not None and self.coordination.proposal.epoch <= self.view.epoch \
                 and commit.coordinator != self.me:
             self.coordination = None
