@@ -69,6 +69,10 @@ _API_NAMES = frozenset(
 
 
 def __getattr__(name: str) -> Any:
+    if name == "blocking":  # the blocking facade, a submodule: sgcs.blocking.open_node(config)
+        import importlib
+
+        return importlib.import_module(".blocking", __name__)
     if name in _API_NAMES:
         from . import api
 
