@@ -104,7 +104,7 @@ class Config:
 
     # -- membership (both drivers) --
     suspect_factor: float = 1.0
-    """c in suspect_timeout = c * ceil(log2 N) * gossip_interval, seconds: how long
+    """c in suspect_timeout = c * max(3, ceil(log2 N)) * gossip_interval, seconds: how long
     a member's heartbeat may stand still before it is suspected. At least 1."""
     probe_count: int = 3
     """Direct probes (pull stage) sent to a suspect before its neighbours are asked."""

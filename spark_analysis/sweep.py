@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from sgcs.errors import UsageError
+from sgcs.membership.detector import suspect_rounds
 
 MAX_POINTS = 10_000
 """A grid bigger than this is surely a mistake (a typo'd list of values)."""
@@ -88,7 +89,7 @@ class Point:
     raw: dict[str, Any] = field(repr=False)
     source: str = ""
     suspect_timeout: float = 0.0
-    """suspect_factor * ceil(log2 N) * gossip_interval, the detector's first-suspicion bound (s)."""
+    """suspect_factor * max(3, ceil(log2 N)) * gossip_interval, the detector's first-suspicion bound (s)."""
 
     @property
     def series(self) -> str:
@@ -233,7 +234,7 @@ def _point(base: dict[str, Any], params: tuple[tuple[str, Any], ...], seed: int,
     except UsageError as exc:
         raise UsageError(f"{exc} (sweep point {name})") from None
     config = scenario.config
-    timeout = config.suspect_factor * math.ceil(math.log2(max(scenario.nodes, 2))) * config.gossip_interval
+    timeout = config.suspect_factor * suspect_rounds(scenario.nodes) * config.gossip_interval
     return Point(name, params, seed, scenario.nodes, raw, f"{source}:{name}", timeout)
 
 

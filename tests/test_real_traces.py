@@ -92,6 +92,27 @@ async def test_two_nodes_write_one_checkable_trace(tmp_path: Path) -> None:
     assert traffic["sent_count"].sum() > 0 and traffic["recv_count"].sum() > 0
 
 
+async def test_members_opening_one_fresh_directory_at_once_share_it(tmp_path: Path) -> None:
+    """Three nodes of one process open the run together (the first creates
+    meta.json, the others must not take its work files for a foreign trace)."""
+    network = _private_multicast()
+
+    async def member(node_id: int) -> None:
+        config = sgcs.Config(secret=SECRET, node_id=node_id, **network)
+        async with sgcs.open_node(config, trace=tmp_path / "run"):
+            await trio.sleep(0.05)
+
+    for attempt in range(5):
+        run = tmp_path / "run"
+        async with trio.open_nursery() as nursery:
+            for node_id in (1, 2, 3):
+                nursery.start_soon(member, node_id)
+        assert json.loads((run / "meta.json").read_text())["members"] == [1, 2, 3], attempt
+        for path in sorted(run.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        run.rmdir()
+
+
 async def test_trace_directory_of_a_simulation_is_refused(tmp_path: Path) -> None:
     (tmp_path / "meta.json").write_text(json.dumps({"schema": 1, "scenario": {"groups": []}}))
     config = sgcs.Config(secret=SECRET, **_private_multicast())

@@ -131,9 +131,9 @@ def open_run(directory: Path, config: Config) -> dict[str, Any]:
     directory.mkdir(parents=True, exist_ok=True)
     meta_path = directory / "meta.json"
     if not meta_path.exists():
-        if any(p.name != ".meta.lock" for p in directory.iterdir()):
+        if any(not p.name.startswith(".") for p in directory.iterdir()):  # hidden: other members' work files
             raise UsageError(f"trace {directory}: not empty and not a trace of real members; give a fresh directory")
-        aside = directory / f".meta.{os.getpid()}.json"
+        aside = directory / f".meta.{os.getpid()}.{os.urandom(6).hex()}.json"  # nodes of one process too
         aside.write_text(json.dumps(_new_meta(config), indent=2) + "\n")
         try:
             os.link(aside, meta_path)  # atomic: exactly one member creates it
@@ -196,7 +196,7 @@ def _read_meta(directory: Path) -> dict[str, Any]:
 
 
 def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    aside = path.with_name(f".{path.name}.{os.getpid()}")
+    aside = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}")
     aside.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(aside, path)
 

@@ -19,8 +19,11 @@ three-stage survival signal).
   heartbeat to every receiver: a round in which we multicast sends no
   separate gossip.
 * **Suspicion.** A member whose counter has not risen, and from which nothing
-  arrived, for ``suspect_timeout = suspect_factor * ceil(log2 N) *
-  gossip_interval`` is suspected.
+  arrived, for ``suspect_timeout = suspect_factor * max(3, ceil(log2 N)) *
+  gossip_interval`` is suspected. ceil(log2 N) rounds is the paper's minimum,
+  the age of the freshest news in lockstep with nothing lost; in small groups
+  that is one or two rounds, which any scheduling jitter overruns (a group of
+  two suspected its live peer about once a second), hence the floor of 3.
 * **Pull.** A suspect gets ``probe_count`` direct probes, ``probe_interval``
   apart. Any answer, indeed any datagram from it, ends the suspicion. An ICMP
   "port unreachable" reported by the driver answers the pull stage at once:
@@ -51,6 +54,14 @@ from .roster import roster_of
 
 NEVER_MS = 2**62
 """Age reported for a member never heard from."""
+MIN_SUSPECT_ROUNDS = 3
+"""Floor of the rounds in ``suspect_timeout`` (see "Suspicion" above)."""
+
+
+def suspect_rounds(members: int) -> int:
+    """Heartbeat rounds without news before a member of a group of
+    ``members`` is suspected, before ``suspect_factor``."""
+    return max(MIN_SUSPECT_ROUNDS, math.ceil(math.log2(max(2, members))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +151,8 @@ class FailureDetector:
         counters = np.zeros(len(ids), dtype=np.int64)
         heard_at = np.full(len(ids), now)
         # a newcomer's heartbeat needs log2 N rounds to reach us: one timeout of grace
-        rounds = max(1, math.ceil(math.log2(max(2, len(ids)))))
-        grace_from = np.full(len(ids), now + self.params.suspect_factor * rounds * self.params.gossip_interval)
+        grace_from = np.full(len(ids), now + self.params.suspect_factor * suspect_rounds(len(ids))
+                             * self.params.gossip_interval)
         if len(self.ids) == 1:  # only ourselves so far: nothing to carry over
             counters[roster.index[self.me]] = self.counters[0]
             self.ids, self.counters, self.heard_at, self.grace_from = ids, counters, heard_at, grace_from
@@ -160,8 +171,7 @@ class FailureDetector:
         self.failed = {m for m in self.failed if m in self._index}
 
     def suspect_timeout(self) -> float:
-        rounds = max(1, math.ceil(math.log2(max(2, len(self.ids)))))
-        return self.params.suspect_factor * rounds * self.params.gossip_interval
+        return self.params.suspect_factor * suspect_rounds(len(self.ids)) * self.params.gossip_interval
 
     # ------------------------------------------------------------------ inputs
 
