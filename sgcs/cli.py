@@ -141,6 +141,33 @@ def _run_analyze(args: argparse.Namespace) -> int:
     return run_analyze(args.runs, args.out, args.master, args.progress)
 
 
+def _add_chat(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("group", metavar="GROUP", help="the group to join (found by discovery)")
+    parser.add_argument("--name", help="display name shown to the others (default: your user name)")
+    parser.add_argument("--order", default="total", choices=("fifo", "causal", "total", "safe"),
+                        help="the group's delivery order (default total: everyone sees one conversation)")
+    parser.add_argument("--secret", help="group secret, at least 8 bytes (default: $SGCS_SECRET, else a public "
+                                         "demo secret, with a warning)")
+    parser.add_argument("--port", type=int, metavar="P", help="unicast UDP port (default: a free one)")
+    parser.add_argument("--multicast-group", metavar="A", help="IPv4 multicast address (default 239.255.71.17)")
+    parser.add_argument("--multicast-port", type=int, metavar="P", help="multicast UDP port (default 47017)")
+    parser.add_argument("--peers", metavar="HOST:PORT,...",
+                        help="no IP multicast: reach these members by unicast instead")
+    parser.add_argument("--trace", metavar="DIR", help="record trace schema 1 into DIR (for sgcs analyze)")
+    parser.epilog = ("Once running, type a line to send it to the group; /to ID-OR-NAME TEXT sends to one member, "
+                     "/who lists the view, /quit or end of input leaves gracefully.")
+
+
+def _run_chat(args: argparse.Namespace) -> int:
+    from .chat import run_command
+
+    given = {"port": args.port, "multicast_group": args.multicast_group, "multicast_port": args.multicast_port}
+    network: dict[str, object] = {key: value for key, value in given.items() if value is not None}
+    if args.peers is not None:
+        network.update(use_multicast=False, peers=[p.strip() for p in args.peers.split(",") if p.strip()])
+    return run_command(args.name, args.group, args.order, args.secret, network, args.trace)
+
+
 def _add_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--members", type=int, default=4, metavar="N", help="member processes, 2 to 16 (default 4)")
     parser.add_argument("--duration", type=float, default=12.0, metavar="S", help="seconds to run (default 12)")
@@ -175,6 +202,7 @@ COMMANDS: tuple[Command, ...] = (
     ("bench", _add_bench, _run_bench),
     ("sweep", _add_sweep, _run_sweep),
     ("analyze", _add_analyze, _run_analyze),
+    ("chat", _add_chat, _run_chat),
     ("demo", _add_demo, _run_demo),
 )
 _HELP = {
@@ -182,6 +210,7 @@ _HELP = {
     "bench": "measure throughput and latency of real member processes on loopback (like JGroups' JPerf)",
     "sweep": "run a grid of simulations as Spark tasks, then fit load and detection time against N",
     "analyze": "run the Spark jobs over trace directories; write report.md, metrics.json and plots",
+    "chat": "an interactive member: type lines to multicast them, see deliveries and view changes",
     "demo": "a live local group: N member processes multicast, one is killed partway, the others change view",
 }
 

@@ -1,0 +1,296 @@
+"""``sgcs chat``: an interactive member of a group, on the public trio API.
+
+Theory of operation
+-------------------
+One node joins one group by discovery and runs two tasks:
+
+* the *printer* iterates over the group's events and prints one line per
+  event: ``[name] text`` for a delivery, ``* view <id>: N members (+joined
+  -left !failed)`` for a view change, and ``* ...`` lines for suspicions,
+  optimistic views and rollbacks;
+* the *reader* takes lines from stdin and turns each into a multicast, a
+  unicast (``/to ID text``) or a local command (``/who``, ``/help``,
+  ``/quit``). It reads a ``trio.lowlevel.FdStream`` on a duplicate of fd 0,
+  so waiting for the keyboard never blocks the event loop, which keeps
+  serving heartbeats, retransmissions and ACKs meanwhile.
+
+``/quit`` or the end of input leaves the group gracefully: the others see a
+view change listing this member in ``left``, without waiting for suspicion.
+
+Payload format (version 1): the first byte is a tag, the rest is UTF-8.
+
+``H``  hello: the sender's display name (at most ``MAX_NAME`` characters)
+``T``  text: one chat line
+
+Other first bytes are reserved; a message carrying one is shown by its size
+only, so other programs may share the group. A group knows its members by
+id only, so names travel in hellos: a member multicasts one when it joins,
+again after every view that adds members (a message reaches the members of
+the view it is sent in, so newcomers missed the first one), and after a
+rollback of any of its messages (the rolled-back one may have been a
+hello). Until its hello arrives, a member is shown by its id.
+
+Whatever comes from the network goes through ``printable`` before it
+reaches the terminal, so a peer cannot send escape sequences.
+
+The default order is total: every member sees the conversation in the same
+order, its own lines included (they are printed when delivered, not when
+typed).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from .api import (
+    Delivery, Event, GroupHandle, MemberBusy, MemberSuspected, OptimisticView, Rollback, ViewChange, open_node,
+)
+from .config import Config
+from .errors import UsageError
+from .members import first_failure
+
+TAG_HELLO = b"H"
+TAG_TEXT = b"T"
+MAX_NAME = 32
+"""Characters of a display name that a hello carries."""
+MAX_LINE = 64 * 1024
+"""Bytes of one input line; a longer one is sent in pieces of this size."""
+SECRET_ENV = "SGCS_SECRET"
+DEMO_SECRET = b"sgcs-chat-demo-secret"
+"""The secret when neither ``--secret`` nor ``SGCS_SECRET`` gives one: public
+(it is in the source), so good only for a local demo."""
+BEACON_INTERVAL = 0.25
+"""Config.beacon_interval for chat members: people expect to see each other
+within a moment of starting, and a coordinator's beacon is one small datagram."""
+HELP = "commands: TEXT sends to all, /to ID-OR-NAME TEXT sends to one, /who lists the view, /quit leaves (so does EOF)"
+
+Write = Callable[[str], None]
+
+
+def hello(name: str) -> bytes:
+    return TAG_HELLO + name[:MAX_NAME].encode()
+
+
+def text(line: str) -> bytes:
+    return TAG_TEXT + line.encode()
+
+
+def printable(value: str) -> str:
+    """``value`` with control characters (terminal escapes) replaced."""
+    return "".join(c if c.isprintable() else "\ufffd" for c in value)
+
+
+def members(count: int) -> str:
+    return f"{count} member" if count == 1 else f"{count} members"
+
+
+def print_line(line: str) -> None:
+    print(line, flush=True)  # flushed: stdout is often a pipe (tests, tee)
+
+
+def resolve_secret(given: str | None) -> bytes | None:
+    """``--secret``, else ``$SGCS_SECRET``; None when neither gives one."""
+    secret = given if given is not None else os.environ.get(SECRET_ENV)
+    if secret is not None and len(secret.encode()) < 8:
+        raise UsageError(f"the secret (--secret or ${SECRET_ENV}) must be at least 8 bytes")
+    return None if secret is None else secret.encode()
+
+
+def default_name() -> str:
+    """The user's login name; without one (a container's bare uid), one made of the process id."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return f"member-{os.getpid()}"
+
+
+class ChatMember:
+    """One member's conversation: shows the group's events, runs typed lines."""
+
+    def __init__(self, group: GroupHandle, name: str, write: Write = print_line) -> None:
+        self.group = group
+        self.name = name
+        self.write = write
+        self.names: dict[int, str] = {group.node_id: name}
+        """Display names by member id, learnt from hellos; pruned to each new view."""
+
+    def label(self, member: int) -> str:
+        return self.names.get(member, str(member))
+
+    async def announce(self) -> None:
+        await self.group.send(hello(self.name))
+
+    # ------------------------------------------------------------ the printer
+
+    async def show_events(self) -> None:
+        async for event in self.group:
+            await self.show_event(event)
+
+    async def show_event(self, event: Event) -> None:
+        await self._ON_EVENT[type(event)](self, event)
+
+    async def _on_delivery(self, event: Delivery) -> None:
+        tag, body = event.payload[:1], printable(event.payload[1:].decode(errors="replace"))
+        if tag == TAG_HELLO:
+            if body and self.names.get(event.sender) != body[:MAX_NAME]:
+                self.names[event.sender] = body[:MAX_NAME]
+                self.write(f"* {self.names[event.sender]} is member {event.sender}")
+        elif tag == TAG_TEXT:
+            private = " (to you)" if event.unicast else ""
+            self.write(f"[{self.label(event.sender)}]{private} {body}")
+        else:
+            self.write(f"[{self.label(event.sender)}] ({len(event.payload)} bytes of another application)")
+
+    async def _on_view(self, event: ViewChange) -> None:
+        changes = [f"+{self.label(m)}" for m in event.joined if m != self.group.node_id]
+        changes += [f"-{self.label(m)}" for m in event.left] + [f"!{self.label(m)}" for m in event.failed]
+        detail = f" ({' '.join(changes)})" if changes else ""
+        self.write(f"* view {event.view_id}: {members(len(event.members))}{detail}")
+        self.names = {m: n for m, n in self.names.items() if m in event.members}
+        if any(m != self.group.node_id for m in event.joined):
+            await self.announce()  # the newcomers missed our first hello
+
+    async def _on_optimistic(self, event: OptimisticView) -> None:
+        self.write(f"* view change under way: about {members(len(event.members))}")
+
+    async def _on_rollback(self, event: Rollback) -> None:
+        senders = sorted({self.label(sender) for sender, _ in event.messages})
+        self.write(f"* {len(event.messages)} messages sent during the view change were delivered nowhere"
+                   f" (from {', '.join(senders)}); their senders may type them again")
+        if any(sender == self.group.node_id for sender, _ in event.messages):
+            await self.announce()  # it may have been our hello
+
+    async def _on_suspected(self, event: MemberSuspected) -> None:
+        self.write(f"* {self.label(event.member)} is suspected: no news from it lately")
+
+    async def _on_busy(self, event: MemberBusy) -> None:
+        self.write(f"* {self.label(event.member)} is slow but alive")
+
+    _ON_EVENT: dict[type[Event], Callable[[ChatMember, Event], Awaitable[None]]] = {
+        Delivery: _on_delivery, ViewChange: _on_view, OptimisticView: _on_optimistic,
+        Rollback: _on_rollback, MemberSuspected: _on_suspected, MemberBusy: _on_busy,
+    }  # type: ignore[dict-item]  # each handler takes its own event type
+
+    # ------------------------------------------------------------- the reader
+
+    async def command(self, line: str) -> bool:
+        """Run one typed line; False once the member should leave."""
+        if not line.strip():
+            return True
+        if not line.startswith("/") or line.startswith("//"):  # "//" sends a line that starts with "/"
+            await self.group.send(text(line[1:] if line.startswith("//") else line))
+            return True
+        verb, _, rest = line[1:].partition(" ")
+        handler = self._COMMANDS.get(verb)
+        if handler is None:
+            self.write(f"* unknown command /{verb}; {HELP}")
+            return True
+        return await handler(self, rest.strip())
+
+    async def _to(self, rest: str) -> bool:
+        who, _, line = rest.partition(" ")
+        member = self._member_named(who)
+        if member is None or not line:
+            self.write("* usage: /to ID-OR-NAME TEXT, with a member of the view (/who lists them)")
+            return True
+        try:
+            await self.group.send(text(line), to=member)
+        except UsageError as exc:  # e.g. it left meanwhile: the chat goes on
+            self.write(f"* not sent: {exc}")
+        else:
+            self.write(f"[{self.name} to {self.label(member)}] {line}")
+        return True
+
+    def _member_named(self, who: str) -> int | None:
+        members = self.group.view.members
+        if who.isdigit() and int(who) in members:
+            return int(who)
+        named = [m for m in members if self.names.get(m) == who]
+        return named[0] if len(named) == 1 else None
+
+    async def _who(self, rest: str) -> bool:
+        view = self.group.view
+        self.write(f"* view {view.view_id}: {members(len(view))}")
+        for member in view.members:
+            you = " (you)" if member == self.group.node_id else ""
+            self.write(f"*   {self.label(member)} (id {member}){you}")
+        return True
+
+    async def _help(self, rest: str) -> bool:
+        self.write(f"* {HELP}; // at the start sends a line beginning with /")
+        return True
+
+    async def _quit(self, rest: str) -> bool:
+        return False
+
+    _COMMANDS: dict[str, Callable[[ChatMember, str], Awaitable[bool]]] = {
+        "to": _to, "who": _who, "help": _help, "quit": _quit,
+    }
+
+
+class LineReader:
+    """Lines of a trio stream, decoded as UTF-8 (bad bytes replaced)."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, limit: int = MAX_LINE) -> None:
+        self.stream = stream
+        self.limit = limit
+        self.buffer = bytearray()
+        self.ended = False
+
+    async def next(self) -> str | None:
+        """The next line without its end of line; None at the end of input."""
+        while True:
+            end = self.buffer.find(b"\n", 0, self.limit)
+            if end >= 0 or len(self.buffer) >= self.limit or (self.ended and self.buffer):
+                cut = end if end >= 0 else min(len(self.buffer), self.limit)
+                line = bytes(self.buffer[:cut])
+                del self.buffer[: cut + (end >= 0)]
+                return line.decode(errors="replace").rstrip("\r")
+            if self.ended:
+                return None
+            chunk = await self.stream.receive_some(self.limit)
+            self.ended = not chunk
+            self.buffer += chunk
+
+
+async def run(config: Config, group: str, order: str = "total", *, trace: str | Path | None = None,
+              stdin_fd: int = 0, write: Write = print_line) -> None:
+    """Chat in ``group`` until ``/quit`` or the end of input on ``stdin_fd``."""
+    async with open_node(config, trace=trace) as node, node.join(group, order=order) as handle:
+        member = ChatMember(handle, config.name, write)
+        where = ", ".join(config.peers) if not config.use_multicast else \
+            f"{config.multicast_group}:{config.multicast_port}"
+        write(f"* {config.name} is member {node.id} of {group!r} ({order} order, {where}); /help for commands")
+        async with trio.lowlevel.FdStream(os.dup(stdin_fd)) as stdin, trio.open_nursery() as nursery:
+            nursery.start_soon(member.show_events)
+            await member.announce()
+            lines = LineReader(stdin)
+            while (line := await lines.next()) is not None and await member.command(line):
+                pass
+            nursery.cancel_scope.cancel()
+
+
+def run_command(name: str | None, group: str, order: str, secret: str | None, network: dict[str, object],
+                trace: str | None) -> int:
+    """``sgcs chat``: ``network`` holds the Config fields given on the command line."""
+    given = resolve_secret(secret)
+    config = Config.from_mapping({"name": name or default_name(), "secret": given or DEMO_SECRET,
+                                  "beacon_interval": BEACON_INTERVAL, **network})
+    if given is None:  # warned only once the input is known good: a usage error stays one line
+        print(f"sgcs chat: warning: no --secret and no ${SECRET_ENV}: using the demo secret, which is not secret",
+              file=sys.stderr)
+    try:
+        try:
+            trio.run(partial(run, config, group, order, trace=trace))
+        except BaseExceptionGroup as failures:  # e.g. the printer's UsageError: the group uses another order
+            raise first_failure(failures) from None
+    except BrokenPipeError:  # whoever read our output went away (`sgcs chat g | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the final flush does not fail too
+    return 0
