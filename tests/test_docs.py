@@ -1,0 +1,77 @@
+"""The README stays true: its quick-start program runs, its configuration table
+lists every ``sgcs.Config`` field, and every command has ``--help`` and a
+place in the "Command line" section."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import sgcs
+from sgcs.cli import COMMANDS, main
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:] if end < 0 else README[start:end]
+
+
+def test_quick_start_program_runs_and_delivers_its_own_message() -> None:
+    block = re.search(r"```python\n(.*?)```", _section("Quick start"), re.S)
+    assert block is not None, "the quick start has a python block"
+    code = block.group(1)
+    assert len([line for line in code.splitlines() if line.strip()]) <= 12, "about ten lines"
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 20.0
+        seen = []
+        assert process.stdout is not None
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            if "hello, group" in line:
+                break
+        assert any("Delivery" in line and "hello, group" in line for line in seen), (seen, process.poll())
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_configuration_table_lists_every_config_field() -> None:
+    table = _section("Configuration")
+    documented = set(re.findall(r"^\|[^|]*", table, re.M))
+    names = {name for row in documented for name in re.findall(r"`([a-z_]+)`", row)}
+    missing = [f.name for f in dataclasses.fields(sgcs.Config) if f.name not in names]
+    assert missing == [], f"README's configuration table lacks {missing}"
+
+
+@pytest.mark.parametrize("command", [name for name, _, _ in COMMANDS])
+def test_every_command_has_help_and_a_readme_entry(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert f"sgcs {command}" in capsys.readouterr().out
+    assert f"sgcs {command}" in _section("Command line"), f"README's command line section lacks sgcs {command}"
+
+
+def test_version_and_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--version"], ["--help"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert f"sgcs {sgcs.__version__}" in out
+    assert all(name in out for name, _, _ in COMMANDS)
