@@ -12,9 +12,7 @@ members' views and the harness's actions, and the trace directory.
 from __future__ import annotations
 
 import json
-import random
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import pytest
 import trio
 
 import sgcs
+from sgcs.members import private_network
 from simulations import checks
 
 from membership_peer import Cluster, converge
@@ -33,11 +32,8 @@ WAIT = 20.0
 
 
 def _private_multicast() -> dict[str, Any]:
-    rng = random.SystemRandom()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port}
+    group, port = private_network()
+    return {"multicast_group": group, "multicast_port": port}
 
 
 async def _exchange(node: sgcs.NodeHandle, others: int, count: int, order: str) -> list[tuple[int, int]]:
