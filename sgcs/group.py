@@ -117,6 +117,10 @@ class GroupStack:
         self._request_at: float | None = None
         self.rejected: set[int] = set()
         """Members refused for joining with another order: never admitted."""
+        self.incarnations: dict[int, int] = {}
+        """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
+        self.joined_at: dict[int, int] = {}
+        """Epoch of the view that admitted each member newer than our first view."""
         self.joining = False
         """We announced our join and no member with our order has answered yet."""
         self._promise_requested = False
@@ -191,8 +195,14 @@ class GroupStack:
         members = {m for m, _ in msg.lists[0]} if msg.lists else {src}
         if msg.b != ORDER_CODES.index(self.order) or src in self.rejected:
             return []
+        known = self.incarnations.get(src)
+        self.incarnations[src] = msg.a
+        if len(self.incarnations) > 2 * len(self.view.members) + 64:  # forget senders long gone
+            self.incarnations = {m: i for m, i in self.incarnations.items() if m in self.view or m == src}
         if src in self.view.members:
             if members & set(self.view.members) == {src} and len(self.view.members) > 1:
+                if known == msg.a and msg.epoch < self.joined_at.get(src, -1):
+                    return []  # its discovery beacon, overtaken by its join (another socket, another path)
                 return self.agreement.member_failed(src, now)  # it restarted, or missed its exclusion
             if self.me not in members and msg.epoch > self.view.epoch and self.committing is None:
                 return self.agreement.left_out(src, msg.epoch)  # we missed the commit that excluded us
@@ -241,6 +251,8 @@ class GroupStack:
         self._drain_old_view()
         new = commit.view.members
         newcomers = tuple(m for m in new if m not in old)
+        self.joined_at = {m: e for m, e in self.joined_at.items() if m in commit.view}
+        self.joined_at.update(dict.fromkeys(newcomers, commit.view.epoch))
         self.stream.stability_cap = None
         self.stream.set_members(new, starts={m: commit.cut.get(m, 0) for m in newcomers})
         for member in old.members:
