@@ -344,8 +344,8 @@ _CHECKS = {
 class MembershipNetwork(RuleBasedStateMachine):
     ORDER = Order.FIFO
     RECOVERS = False
-    """Crashed nodes may restart (same id, next incarnation). Off: the scripted
-    restart cases below pass, but random restarts are not explored yet."""
+    """Crashed nodes may restart (same id, next incarnation). Off: restarts
+    break membership today (see the xfail tests below)."""
 
     def __init__(self) -> None:
         super().__init__()
