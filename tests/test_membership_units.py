@@ -506,6 +506,23 @@ def test_lower_proposals_and_foreign_proposals_are_ignored() -> None:
     assert va[2].on_propose(1, old_epoch, (0, {}), 0.0) == []
 
 
+def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
+    """Two coordinators race at one epoch: member 5 answers 2's proposal,
+    then 1's higher one. 2 collects every answer and commits; 5 must not
+    install it, or it would be listed in both views of epoch 2 (seen in a
+    real 5-process run: survivors delivered different message counts)."""
+    member = ViewAgreement(5, {5}, TIMEOUT, 0.0, TAG)
+    by_2 = Control(TAG, 2, 1, 0, 0, (((2, 0), (4, 0), (5, 0)),))
+    by_1 = Control(TAG, 2, 1, 0, 0, (((1, 0), (2, 0), (3, 0), (4, 0), (5, 0)),))
+    assert ctl(member.on_propose(2, by_2, (0, {}), 0.0), MsgType.FLUSH)
+    assert ctl(member.on_propose(1, by_1, (0, {}), 0.1), MsgType.FLUSH), "the lower coordinator's proposal wins"
+    commit_2 = Control(TAG, 2, 1, 2, 0, (by_2.lists[0], ((2, 0), (4, 0), (5, 0)), ()))
+    assert member.on_commit(2, commit_2) == [], "2's commit is stale for us"
+    commit_1 = Control(TAG, 2, 1, 1, 0, (by_1.lists[0], (), ()))
+    (commit,) = member.on_commit(1, commit_1)
+    assert commit.view == View.of(2, (1, 2, 3, 4, 5))
+
+
 def test_member_left_out_of_the_commit_installs_a_singleton() -> None:
     va = agreements({1, 2, 3})
     msg = body(ctl(va[1].member_failed(3, 0.0), MsgType.PROPOSE)[0])

@@ -27,8 +27,12 @@ numbered by an epoch; a view's id names its epoch and its members.
   members, the *cut* (per sender, the highest snapshot anyone reported: every
   message up to it is held by some survivor, so it can be completed) and the
   rollback bounds.
-* **Install.** Each member fetches what it lacks up to the cut (NACKs to any
-  holder), delivers it in the old view, installs the new view, rolls back
+* **Install.** A member acts only on the COMMIT of the proposal it accepted
+  last; the commit of a proposal it gave up for a higher one is ignored, so
+  no member installs two views of one epoch, and a concurrent coordinator's
+  view is installed by fewer of its members rather than by members that have
+  promised themselves elsewhere. Each member fetches what it lacks up to the
+  cut (NACKs to any holder), delivers it in the old view, installs the new view, rolls back
   optimistic messages of the rollback ranges, delivers the rest of the held
   messages in the new view, and answers INSTALLED. Members new to a member's
   view start their streams after the cut. A member left out of the COMMIT
@@ -229,6 +233,12 @@ class ViewAgreement:
         optimistic messages are rolled back."""
         if self.coordinator() != self.me:
             return []
+        if self.accepted is not None and self.accepted.coordinator < self.me and self.coordination is None:
+            # We answered a lower coordinator, whose proposal outranks ours
+            # anyway. Outbidding it with a higher attempt would let it commit
+            # on our stale answer a view we never install; its commit or our
+            # take-over timer ends the wait.
+            return []
         wanted = tuple(sorted(self.wanted()))
         current = self.coordination.proposal.members if self.coordination else self.view.members
         if wanted == current and not (self.diverged and self.coordination is None):
@@ -306,9 +316,16 @@ class ViewAgreement:
                 return [self._installed_reply(src, msg.epoch, msg.attempt)]  # a repeat of our commit
             return []
         members = tuple(m for m, _ in msg.lists[0])
+        key = _Proposal(msg.epoch, msg.attempt, src, members).key
         if self.me not in members:
-            if self.me in self.view.members and src in self.view.members:
+            if self.me in self.view.members and src in self.view.members \
+                    and (self.accepted is None or self.accepted.key <= key):
                 return [Commit(View.of(msg.epoch, {self.me}), {}, {}, src, msg.attempt)]  # we were left out
+            return []
+        if self.accepted is None or self.accepted.key != key:
+            # Not the proposal we answered last: we moved on to a higher one
+            # (whose coordinator counts on us), or never answered this one.
+            # Installing it would list us in two views of one epoch.
             return []
         self.committing = Commit(View.of(msg.epoch, members), dict(msg.lists[1]), dict(msg.lists[2]), src,
                                  msg.attempt)
