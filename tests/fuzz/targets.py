@@ -224,6 +224,7 @@ class Harness:
     node: Node
     now: float = 0.0
     last: bytes = b""
+    last_src: int = 0
     own_proposal: Control | None = None
     """The node's latest PROPOSE, so a FLUSH or INSTALLED can answer it."""
     peer_proposal: tuple[int, Control] | None = None
@@ -235,11 +236,11 @@ class Harness:
 
     def send(self, msg_type: int, flags: int, sender: int, body: bytes) -> None:
         boot = self.boots.get(sender, 1 << 32)
-        self.feed(seal_datagram(self.sealers, msg_type, flags, sender, body, self.encrypt, boot))
+        self.feed(seal_datagram(self.sealers, msg_type, flags, sender, body, self.encrypt, boot), sender)
 
-    def feed(self, data: bytes) -> None:
-        self.last = data
-        self.observe(self.node.handle_datagram(("peer", 0), data, self.now))
+    def feed(self, data: bytes, src: int = 0) -> None:
+        self.last, self.last_src = data, src
+        self.observe(self.node.handle_datagram(("peer", src), data, self.now))
 
     def observe(self, actions: list) -> None:
         for action in actions:
@@ -336,7 +337,26 @@ def _op_unsealed(r: Reader, h: Harness) -> None:
 
 def _op_replay(r: Reader, h: Harness) -> None:
     if h.last:
-        h.feed(h.last)
+        h.feed(h.last, h.last_src)
+
+
+def _op_unicast(r: Reader, h: Harness) -> None:
+    try:
+        h.observe(h.node.unicast(GROUP, r.member(), r.take(r.byte() % 64), h.now))
+    except (WouldBlock, UsageError):
+        pass  # not a member, no address yet, or a full window: local API answers
+
+
+def _op_rejoin(r: Reader, h: Harness) -> None:
+    """Leave and join again: state of the old membership must not leak."""
+    if GROUP in h.node.groups:
+        h.observe(h.node.leave(GROUP, h.now))
+    setup = r.byte()
+    h.observe(h.node.join(GROUP, h.now, ORDERS[setup & 3], members=None if setup & 4 else (1, 2, 3)))
+
+
+def _op_unreachable(r: Reader, h: Harness) -> None:
+    h.observe(h.node.handle_unreachable(("peer", r.member()), h.now))
 
 
 def _op_restart(r: Reader, h: Harness) -> None:
@@ -362,7 +382,7 @@ def _op_multicast(r: Reader, h: Harness) -> None:
 
 
 OPS = (_op_structured, _op_structured, _op_structured, _op_raw, _op_unsealed, _op_replay, _op_tick, _op_tick,
-       _op_multicast, _op_restart)
+       _op_multicast, _op_restart, _op_unicast, _op_rejoin, _op_unreachable)
 
 
 def make_harness(r: Reader) -> Harness:
