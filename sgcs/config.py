@@ -52,6 +52,9 @@ class Config:
     secret: bytes = b""
     """Group secret; datagrams are authenticated with a key derived from it.
     At least 8 bytes."""
+    encrypt: bool = False
+    """Encrypt datagram bodies with AES-256-GCM under keys derived from the
+    secret. Every member of a group must choose the same."""
     node_id: int | None = None
     """This node's member id (0 <= id < 2**63). None: drawn at random on open."""
 
@@ -101,6 +104,9 @@ class Config:
     """False: repair by gossip only (to measure plain PSRM)."""
     gossip_enabled: bool = True
     """False: repair by NACK only."""
+    reassembly_timeout: float = 60.0
+    """Seconds a partially received message (some of its fragments) may wait for
+    the rest before it is dropped and counted (``reassembly_timeout``)."""
 
     # -- membership (both drivers) --
     suspect_factor: float = 1.0
@@ -120,6 +126,9 @@ class Config:
     optimistic: bool = True
     """Senders keep sending during a view change (optimistic virtual synchrony).
     False: sends wait (WouldBlock) from the flush until the new view is installed."""
+    max_members: int = 16_384
+    """Members of one group's view; further joiners are refused and counted
+    (``members_full``) until a member leaves."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -179,6 +188,8 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
     ("ask_count", int, 0, 64),
     ("ask_timeout", (int, float), 0.001, 60.0),
     ("view_timeout", (int, float), 0.01, 600.0),
+    ("reassembly_timeout", (int, float), 0.1, 86_400.0),
+    ("max_members", int, 2, 1_000_000),
 )
 
 
@@ -189,7 +200,7 @@ def _validate(config: Config) -> None:
             raise UsageError(f"Config.{name} must be a number in [{low}, {high}], got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             raise UsageError(f"Config.{name} must be in [{low}, {high}], got {value!r}")
-    for name in ("multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled", "optimistic"):
+    for name in ("encrypt", "multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled", "optimistic"):
         if not isinstance(getattr(config, name), bool):
             raise UsageError(f"Config.{name} must be true or false, got {getattr(config, name)!r}")
     if not isinstance(config.secret, bytes) or len(config.secret) < 8:

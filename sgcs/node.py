@@ -11,9 +11,9 @@ node never touches a socket or a clock, and all its randomness comes from the
 ``random.Random`` it is handed, so the trio driver and the simulator run the
 very same code and a seed replays a run exactly.
 
-The node owns the wire: it authenticates and decodes every datagram, drops and
-counts garbage (traced as ``drop`` with a reason), and dispatches valid
-messages by type through a table. Addresses are opaque: the node learns a
+The node owns the wire: it seals, authenticates (or decrypts) and decodes
+every datagram, rejects replays (``sgcs.security``), drops and counts garbage
+(traced as ``drop`` with a reason), and dispatches by type through a table. Addresses are opaque: the node learns a
 member's address from its authenticated datagrams, or asks the ``resolve``
 function it was given (the simulator's addresses are the node ids).
 
@@ -55,6 +55,7 @@ from .group import GroupStack, build_params
 from .membership.agreement import CtlSend, View
 from .membership.roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdParams, FdSend
+from .security import ReplayWindow, Sealer
 from .transport.records import Message
 from .wire import (
     MAX_GROUP_NAME,
@@ -74,11 +75,9 @@ from .wire import (
     decode_nack_untrusted,
     decode_records_untrusted,
     decode_unicast_untrusted,
-    derive_key,
     encode_hello,
     encode_leave,
     group_tag,
-    seal,
 )
 
 MAX_PEERS = 65_536
@@ -132,6 +131,7 @@ class Node:
         resolve: Callable[[int], Address | None] | None = None,
         trace: bool = False,
         incarnation: int = 0,
+        salt: int = 0,
     ) -> None:
         if not 0 <= node_id < 2**63:
             raise UsageError(f"node id must be in [0, 2**63), got {node_id}")
@@ -143,7 +143,9 @@ class Node:
         self.rng = rng
         self.trace = trace
         self._resolve = resolve
-        self._key = derive_key(config.secret)
+        # nonces: (incarnation, salt) differ per start, the counter per datagram
+        self._sealer = Sealer(config.secret, node_id, incarnation << 32 | salt & 0xFFFFFFFF, config.encrypt)
+        self._replay = ReplayWindow()
         self._params = build_params(config)
         self._groups: dict[str, GroupStack] = {}
         self._by_tag: dict[int, GroupStack] = {}
@@ -203,7 +205,7 @@ class Node:
         out: list[Action] = []
         self._flush(out, state)
         body = encode_leave(LeaveMsg(state.tag))
-        leave = seal(self._key, MsgType.LEAVE, Flag.NONE, self.id, body)
+        leave = self._sealer.seal(MsgType.LEAVE, Flag.NONE, body)
         for _ in range(LEAVE_COPIES):  # no answer is awaited: copies make a loss unlikely
             self._emit(out, Multicast(leave, MsgType.LEAVE, group))
         self._trace(out, "leave", group=group, view_id=state.view.view_id)
@@ -269,9 +271,11 @@ class Node:
         self._counts["rx"] += 1
         self._counts["rx_bytes"] += len(data)
         try:
-            header, body = decode_datagram_untrusted(data, self._key)
+            header, body = decode_datagram_untrusted(data, self._sealer.key, self._sealer.cipher)
             if header.sender == self.id:
                 return []  # our own multicast, looped back by the network
+            if not self._replay.accept(header.sender, header.boot, header.counter):
+                raise DecodeError("replay")
             if header.sender in self._addresses or len(self._addresses) < MAX_PEERS:
                 self._addresses[header.sender] = src  # a restarted peer may have moved
             out = _HANDLERS[header.msg_type](self, header, body, src, now)
@@ -443,7 +447,7 @@ class Node:
             self._drain(out, state, now)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
-            self._emit(out, Send(src, seal(self._key, MsgType.HELLO, Flag.NONE, self.id, reply), MsgType.HELLO))
+            self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
         return out
 
     def _on_leave(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
@@ -499,7 +503,7 @@ class Node:
         state.rejected.add(member)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
-            self._emit(out, Send(src, seal(self._key, MsgType.HELLO, Flag.NONE, self.id, reply), MsgType.HELLO))
+            self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
         elif state.joining:
             del self._groups[state.name]
             del self._by_tag[state.tag]
@@ -550,7 +554,7 @@ class Node:
             if type(output) is FdSend:
                 address = self._address_of(output.dst)
                 if address is not None:
-                    self._emit(out, Send(address, seal(self._key, output.msg_type, Flag.NONE, self.id, output.body),
+                    self._emit(out, Send(address, self._sealer.seal(output.msg_type, Flag.NONE, output.body),
                                          output.msg_type))
             else:
                 self._on_fd_event(out, output, now)
@@ -632,7 +636,7 @@ class Node:
     def _route(self, out: list[Action], state: GroupStack, outputs: list) -> None:
         """Frame transport outputs as datagrams: multicast, or to a member's address."""
         for msg_type, dst, flags, body in state.frame(outputs):
-            data = seal(self._key, msg_type, flags, self.id, body)
+            data = self._sealer.seal(msg_type, flags, body)
             if dst is None:
                 self._emit(out, Multicast(data, msg_type, state.name))
                 continue
@@ -644,7 +648,7 @@ class Node:
 
     def _multicast_hello(self, out: list[Action], state: GroupStack, reply_wanted: bool) -> None:
         body = encode_hello(HelloMsg(state.tag, state.order, reply_wanted))
-        data = seal(self._key, MsgType.HELLO, Flag.NONE, self.id, body)
+        data = self._sealer.seal(MsgType.HELLO, Flag.NONE, body)
         self._emit(out, Multicast(data, MsgType.HELLO, state.name))
 
     def _emit(self, out: list[Action], action: Send | Multicast) -> None:

@@ -1,21 +1,28 @@
-"""Versioned, authenticated binary wire format (shared/DESIGN.md, "Wire format").
+"""Versioned, authenticated (optionally encrypted) binary wire format
+(shared/DESIGN.md, "Wire format").
 
 Theory of operation
 -------------------
 Every datagram is ``header | body | tag``:
 
-* header, 13 bytes, ``!2sBBBQ``: magic ``b"SG"``, protocol version, message
-  type (an append-only ``IntEnum``), flags, and the sender's member id;
+* header, 29 bytes, ``!2sBBBQQQ``: magic ``b"SG"``, protocol version, message
+  type (an append-only ``IntEnum``), flags, the sender's member id, the
+  sender's *boot* (its incarnation in the high 32 bits, a random salt drawn
+  at start in the low 32) and a *counter* that the sender increments for every
+  datagram it seals. (boot, counter) never repeats for one sender: it is the
+  nonce for encryption and the key of replay protection (``sgcs.security``);
 * body: an explicit ``struct`` layout per message type; no pickle, nothing is
-  ever turned into arbitrary objects;
-* tag: the first 16 bytes of HMAC-SHA256 over header and body, under a key
-  derived from the group secret.
+  ever turned into arbitrary objects. With ``Flag.ENCRYPTED`` it is AES-GCM
+  ciphertext;
+* tag, 16 bytes: the first 16 bytes of HMAC-SHA256 over header and body under
+  a key derived from the group secret, or, encrypted, the GCM tag (the header
+  is the associated data, so it is authenticated as well).
 
-Decoding untrusted bytes checks, in order: size, magic, version, tag, then the
-type and body. A datagram with a bad tag is therefore never parsed beyond its
-header. ``decode_*_untrusted`` functions raise only ``DecodeError``, whose
-``reason`` becomes the drop reason. Every length and count is capped before
-anything is allocated.
+Decoding untrusted bytes checks, in order: size, magic, version, the
+encryption policy, the tag, then the type and body. A datagram with a bad tag
+is therefore never parsed beyond its header. ``decode_*_untrusted`` functions
+raise only ``DecodeError``, whose ``reason`` becomes the drop reason. Every
+length and count is capped before anything is allocated.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
@@ -36,8 +43,8 @@ if TYPE_CHECKING:
     from .transport.records import Record
 
 MAGIC = b"SG"
-VERSION = 1
-HEADER = struct.Struct("!2sBBBQ")
+VERSION = 2
+HEADER = struct.Struct("!2sBBBQQQ")
 TAG_LEN = 16
 OVERHEAD = HEADER.size + TAG_LEN
 MAX_GROUP_NAME = 200
@@ -78,6 +85,8 @@ class Flag(enum.IntFlag):
     NONE = 0
     UNICAST = 1
     """DATA: the body carries a destination member id."""
+    ENCRYPTED = 2
+    """The body is AES-GCM ciphertext and the tag is GCM's."""
 
 
 ORDER_CODES: tuple[Order, ...] = (Order.FIFO, Order.CAUSAL, Order.TOTAL, Order.SAFE)
@@ -94,6 +103,16 @@ class Header:
     msg_type: MsgType
     flags: Flag
     sender: int
+    boot: int = 0
+    counter: int = 0
+
+
+class BodyCipher(Protocol):
+    """Authenticated encryption of bodies (``sgcs.security.Cipher``)."""
+
+    def encrypt(self, sender: int, boot: int, counter: int, body: bytes, header: bytes) -> bytes: ...
+
+    def decrypt(self, sender: int, boot: int, counter: int, sealed: bytes, header: bytes) -> bytes | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,34 +138,58 @@ def group_tag(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
 
 
-def seal(key: bytes, msg_type: MsgType, flags: Flag, sender: int, body: bytes) -> bytes:
-    """Frame and authenticate one datagram."""
-    signed = HEADER.pack(MAGIC, VERSION, msg_type, flags, sender) + body
+def seal(key: bytes, msg_type: MsgType, flags: Flag, sender: int, body: bytes, boot: int = 0, counter: int = 0,
+         cipher: BodyCipher | None = None) -> bytes:
+    """Frame and authenticate one datagram; encrypt its body under ``cipher``.
+    Callers keep (boot, counter) unique per sender (``sgcs.security.Sealer``)."""
+    if cipher is not None:
+        header = HEADER.pack(MAGIC, VERSION, msg_type, flags | Flag.ENCRYPTED, sender, boot, counter)
+        return header + cipher.encrypt(sender, boot, counter, body, header)
+    signed = HEADER.pack(MAGIC, VERSION, msg_type, flags, sender, boot, counter) + body
     return signed + hmac.digest(key, signed, "sha256")[:TAG_LEN]
 
 
-def decode_datagram_untrusted(data: bytes, key: bytes) -> tuple[Header, bytes]:
-    """Check framing and tag; return the header and the still-untrusted body."""
+def decode_datagram_untrusted(data: bytes, key: bytes, cipher: BodyCipher | None = None) -> tuple[Header, bytes]:
+    """Check framing, policy and tag; return the header and the still-untrusted
+    (decrypted) body. With ``cipher``, only encrypted datagrams are accepted;
+    without, only plain ones: a group does not mix the two."""
     if len(data) < OVERHEAD:
         raise DecodeError("short", f"{len(data)} bytes")
     if len(data) > MAX_UDP_PAYLOAD:
         raise DecodeError("length", f"{len(data)} bytes")
-    magic, version, type_code, flag_bits, sender = HEADER.unpack_from(data)
+    magic, version, type_code, flag_bits, sender, boot, counter = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise DecodeError("magic")
     if version != VERSION:
         raise DecodeError("version", str(version))
-    signed = memoryview(data)[:-TAG_LEN]  # no copy: only the body is copied, once
-    if not _verified_before(data, key):
-        if not hmac.compare_digest(hmac.digest(key, signed, "sha256")[:TAG_LEN], data[-TAG_LEN:]):
-            raise DecodeError("mac")
-        _remember_verified(data, key)
+    if bool(flag_bits & Flag.ENCRYPTED) != (cipher is not None):
+        raise DecodeError("policy", "encrypted" if flag_bits & Flag.ENCRYPTED else "plain")
+    if cipher is not None:
+        body = _open_encrypted(data, cipher, sender, boot, counter)
+    else:
+        body = _open_plain(data, key)
     msg_type = _MSG_TYPE_OF.get(type_code)
     if msg_type is None:
         raise DecodeError("type", f"type {type_code} flags {flag_bits}")
     if sender >= 2**63:
         raise DecodeError("sender", str(sender))
-    return Header(msg_type, _FLAG_OF[flag_bits], sender), bytes(signed[HEADER.size :])
+    return Header(msg_type, _FLAG_OF[flag_bits & ~int(Flag.ENCRYPTED) & 0xFF], sender, boot, counter), body
+
+
+def _open_plain(data: bytes, key: bytes) -> bytes:
+    signed = memoryview(data)[:-TAG_LEN]  # no copy: only the body is copied, once
+    if not _verified_before(data, key):
+        if not hmac.compare_digest(hmac.digest(key, signed, "sha256")[:TAG_LEN], data[-TAG_LEN:]):
+            raise DecodeError("mac")
+        _remember_verified(data, key)
+    return bytes(signed[HEADER.size:])
+
+
+def _open_encrypted(data: bytes, cipher: BodyCipher, sender: int, boot: int, counter: int) -> bytes:
+    body = cipher.decrypt(sender, boot, counter, data[HEADER.size:], data[:HEADER.size])
+    if body is None:
+        raise DecodeError("mac")
+    return body
 
 
 VERIFIED_MEMO = 1_024

@@ -73,14 +73,15 @@ def test_events_have_exactly_schema_1_columns(tmp_path: Path) -> None:
     assert list(frame.columns) == [name for name, _ in EVENT_TYPES], replay
     assert len(frame) == summary.rows > 0, replay
     assert {"join", "view", "send", "deliver", "crash", "recover", "suspect"} <= set(frame["kind"]) <= {
-        "join", "view", "send", "deliver", "crash", "recover", "suspect", "unsuspect", "rollback"}, replay
+        "join", "view", "send", "deliver", "crash", "recover", "suspect", "unsuspect", "rollback", "drop"}, replay
     assert frame["t"].is_monotonic_increasing, f"rows must be in event order; replay: {replay}"
     views = frame[frame["kind"] == "view"]
     assert all(list(m) == sorted(m) for m in views["members"]), replay
     sends = frame[frame["kind"] == "send"]
     assert (sends["sender"] == sends["node"]).all() and (sends["size"] == 100).all(), replay
     assert frame["dest"].isna().all(), replay
-    assert set(frame["reason"].dropna()) <= {"busy"}, "only a busy verdict gives a reason here; " + replay
+    assert set(frame["reason"].dropna()) <= {"busy", "replay"}, \
+        "only a busy verdict and the network's duplicates (refused as replays) give a reason here; " + replay
     assert 4 in set(frame.loc[frame["kind"] == "suspect", "target"]), replay
     installed = frame[(frame["kind"] == "view") & ~frame["optimistic"].fillna(False).astype(bool)
                       & (frame["node"] != 4)]  # node 4 recovers as a singleton and merges back

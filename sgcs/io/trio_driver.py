@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import enum
 import errno
-import inspect
 import math
 import os
 import random
@@ -602,17 +601,16 @@ def _drain(receive: trio.MemoryReceiveChannel[AppEvent]) -> int:
 
 
 def _incarnation() -> dict[str, int]:
-    """The ``incarnation`` keyword for ``Node``, if it takes one.
+    """The ``incarnation`` and ``salt`` keywords for ``Node``.
 
     A process restarted with the same node id must present a new incarnation,
     so that the others tell it from its former self (its sequence numbers
     start over at ``incarnation << 32``). Tenths of a second since the epoch
     differ between two starts unless they fall in the same tenth. They wrap
     every 6.8 years: only a restart that straddles the wrap gets a smaller
-    incarnation than its former self."""
-    if "incarnation" not in inspect.signature(Node).parameters:
-        return {}
-    return {"incarnation": int(time.time() * 10) % 2**31}
+    incarnation than its former self. The random salt keeps the nonces of two
+    starts within one tenth apart (``sgcs.security``)."""
+    return {"incarnation": int(time.time() * 10) % 2**31, "salt": _entropy.getrandbits(32)}
 
 
 @asynccontextmanager
