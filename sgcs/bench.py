@@ -83,6 +83,8 @@ class BenchOptions:
     secret: bytes | None = None
     timeout: float | None = None
     """Seconds for the whole run; None: ``default_timeout``."""
+    encrypt: bool = False
+    """Encrypt datagram bodies (``Config.encrypt``)."""
 
     def __post_init__(self) -> None:
         _check_int("members", self.members, 1, MAX_MEMBERS)
@@ -135,7 +137,7 @@ class BenchReport:
         return {
             "sgcs_version": __version__,
             "members": o.members, "messages": o.messages, "size": o.size, "order": o.order,
-            "rate_offered": o.rate, "max_datagram": o.max_datagram,
+            "rate_offered": o.rate, "max_datagram": o.max_datagram, "encrypt": o.encrypt,
             "delivered": [m["delivered"] for m in self.members],
             "rates": [round(r, 1) for r in self.rates],
             "rate_median": round(statistics.median(self.rates), 1),
@@ -150,7 +152,7 @@ class BenchReport:
     def summary(self) -> str:
         data = self.to_json()
         o = self.options
-        paced = f" at {o.rate:g} msg/s per member" if o.rate else ""
+        paced = (f" at {o.rate:g} msg/s per member" if o.rate else "") + (", encrypted" if o.encrypt else "")
         return (
             f"sgcs bench: {o.members} members x {o.messages} msgs x {o.size} B, {o.order}{paced}: "
             f"{data['rate_median']:,.0f} msg/s received per member (median; min {data['rate_min']:,.0f}, "
@@ -176,6 +178,7 @@ def run_bench(options: BenchOptions, progress: bool | None = None) -> BenchRepor
                 index=index, members=options.members, messages=options.messages, size=options.size,
                 order=options.order, rate=options.rate, max_datagram=options.max_datagram,
                 multicast_group=group, multicast_port=port, view_timeout=min(VIEW_TIMEOUT, timeout),
+                encrypt=options.encrypt,
             )
             states.append(_MemberState(index, *spawn("sgcs.bench_member", index, spec.to_json(), secret, events)))
         with _progress_bar(options, show) as update:

@@ -89,6 +89,7 @@ class MemberSpec:
     multicast_group: str
     multicast_port: int
     view_timeout: float
+    encrypt: bool = False
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -219,7 +220,7 @@ async def run_member(spec: MemberSpec, secret: bytes) -> None:
     config = sgcs.Config(
         name=f"bench-{spec.index}", secret=secret, bind_host="127.0.0.1",
         multicast_group=spec.multicast_group, multicast_port=spec.multicast_port,
-        max_datagram=spec.max_datagram, beacon_interval=BEACON_INTERVAL,
+        max_datagram=spec.max_datagram, beacon_interval=BEACON_INTERVAL, encrypt=spec.encrypt,
         # members saturate the CPU on purpose: a starved member is slow, not dead
         suspect_factor=BENCH_SUSPECT_FACTOR,
     )

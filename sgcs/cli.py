@@ -77,6 +77,8 @@ def _add_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-datagram", type=int, default=None, metavar="B",
                         help="Config.max_datagram in bytes (default: the Config default)")
     parser.add_argument("--secret", help="group secret, at least 8 bytes (default: random for this run)")
+    parser.add_argument("--encrypt", action="store_true",
+                        help="encrypt datagram bodies with AES-256-GCM (Config.encrypt) to measure its cost")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="seconds for the whole run (default: 300 + 5 ms per member per message)")
     parser.add_argument("--json", action="store_true",
@@ -93,7 +95,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     options = BenchOptions(
         members=args.members, messages=args.messages, size=args.size, order=args.order, rate=args.rate,
         max_datagram=DEFAULT_MAX_DATAGRAM if args.max_datagram is None else args.max_datagram,
-        secret=None if args.secret is None else args.secret.encode(), timeout=args.timeout,
+        secret=None if args.secret is None else args.secret.encode(), timeout=args.timeout, encrypt=args.encrypt,
     )
     try:
         report = run_bench(options, progress=args.progress)

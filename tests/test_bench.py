@@ -41,6 +41,17 @@ def test_tiny_run_delivers_everything_and_reports_json(capsys: pytest.CaptureFix
     assert "msg/s received per member" in captured.err  # the summary line, off stdout with --json
 
 
+def test_encrypted_run_delivers_everything(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "--members", "2", "--messages", "100", "--size", "64", "--encrypt",
+                 "--json", "--no-progress", "--timeout", "60"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    assert report["encrypt"] is True and report["delivered"] == [200, 200]
+    assert all(m["statistics"]["dropped"] == 0 for m in report["per_member"]), "no policy or mac drops"
+    assert ", encrypted:" in captured.err
+
+
 def _exit_code(argv: list[str]) -> int:
     """main's return value, or argparse's exit code for bad arguments."""
     try:
