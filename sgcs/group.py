@@ -20,6 +20,12 @@ messages of the commit's rollback ranges, and lets the rest through in the
 new view. Members new to our view start their streams after the cut. No
 record past a snapshot becomes stable during a change, since a newcomer may
 still need it.
+
+Caps (README, "Limits"): the view holds at most ``max_members`` members
+(``agreement``); members refused for another order are remembered up to
+``MAX_REJECTED``, oldest forgotten first; ``incarnations`` and ``joined_at``
+only keep members of the view (and a few recent strangers); messages held
+for a view change come out of the stream, whose caps bound them.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import random
 from typing import Iterable
 
 from .config import Config, Order
+from .errors import UsageError
 from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
 from .membership.roster import roster_of
 from .ordering.total import OrderedMessage, OrderingLayer
@@ -55,6 +62,10 @@ Frame = tuple[MsgType, "int | None", Flag, bytes]
 _KIND_TYPES = {"data": MsgType.DATA, "retransmit": MsgType.RETRANSMIT, "gossip": MsgType.GOSSIP}
 
 
+MAX_REJECTED = 1_024
+"""Members refused for joining with another order that we remember; past it
+the oldest is forgotten (it may be refused again when it next says hello)."""
+
 FIFO_ACKS = 4
 """ACK entries a record of a FIFO group carries. There they only reveal losses
 and holders (stability is gossiped), and every receiver decodes every one:
@@ -72,7 +83,33 @@ def build_params(config: Config) -> TransportParams:
         max_acks=min(FIFO_ACKS, ack_budget(config.max_datagram)),
         nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
         flush_delay=config.flush_delay, max_datagram=config.max_datagram,
+        reassembly_timeout=config.reassembly_timeout, max_members=config.max_members,
     )
+
+
+class BoundedSet:
+    """A set of member ids that forgets its oldest entry past ``cap``."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._items: dict[int, None] = {}  # insertion-ordered: the first key is the oldest
+        self.forgotten = 0
+
+    def add(self, item: int) -> None:
+        self._items.pop(item, None)
+        self._items[item] = None
+        if len(self._items) > self.cap:
+            del self._items[next(iter(self._items))]
+            self.forgotten += 1
+
+    def discard(self, item: int) -> None:
+        self._items.pop(item, None)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 class GroupStack:
@@ -87,7 +124,11 @@ class GroupStack:
         self.me = me
         self.params = params
         initial = roster_of(members).with_member(me)
-        self.agreement = ViewAgreement(me, initial, view_timeout, now, self.tag, epoch=1 if len(initial) > 1 else 0)
+        if len(initial) > params.max_members:
+            raise UsageError(f"group {name!r}: {len(initial)} members given, Config.max_members is "
+                             f"{params.max_members}; raise it or join with fewer")
+        self.agreement = ViewAgreement(me, initial, view_timeout, now, self.tag, epoch=1 if len(initial) > 1 else 0,
+                                       max_members=params.max_members)
         self.optimistic = optimistic
         if order is not Order.FIFO:
             # a message must list every ACK gathered before it (its causal past),
@@ -115,7 +156,7 @@ class GroupStack:
         self.discarded = 0
         self.own_last = 0
         self._request_at: float | None = None
-        self.rejected: set[int] = set()
+        self.rejected = BoundedSet(MAX_REJECTED)
         """Members refused for joining with another order: never admitted."""
         self.incarnations: dict[int, int] = {}
         """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
@@ -128,7 +169,8 @@ class GroupStack:
         self.stream = ReliableStream(me, self.view.members, params, rng, now, first_seq)
         if late:
             self.stream.set_members(self.view.members, late=late)
-        self.unicast = UnicastStreams(me, params.fragment_size, params.window_max)
+        self.unicast = UnicastStreams(me, params.fragment_size, params.window_max, params.max_message,
+                                      params.reassembly_timeout)
         self.outbox: list[Record] = []
         self._outbox_bytes = 0
         self.flush_at: float | None = None
@@ -453,6 +495,18 @@ class GroupStack:
                 if member == self.me:
                     self.unicast.on_ack(src, high)
         return []
+
+    def drop_counts(self) -> dict[str, int]:
+        """What this group dropped at a cap, by reason (non-zero only): records
+        and partial messages of both streams, refused joiners, stale promises
+        and forgotten refusals. The node adds them to its ``drop_reasons``."""
+        counts = dict(self.stream.drops())
+        for reason, n in self.unicast.drops.items():
+            counts[f"unicast_{reason}"] = n
+        extra = {"members_full": self.agreement.refused_joiners, "rejected_forgotten": self.rejected.forgotten,
+                 "promises_dropped": 0 if self.ordering is None else self.ordering.promises_dropped}
+        counts.update((reason, n) for reason, n in extra.items() if n)
+        return counts
 
     def on_timeout(self, now: float) -> list:
         outputs = [*self.stream.on_timeout(now), *self.unicast.on_timeout(now, self.params.push_budget)]

@@ -43,6 +43,11 @@ numbered by an epoch; a view's id names its epoch and its members.
   member that waits ``2 * view_timeout`` for a COMMIT takes over if it is the
   lowest live member of the proposal.
 
+**Cap.** A view holds at most ``max_members`` members. Joiners beyond it
+(lowest ids first) are refused and counted (``refused_joiners``); they stay
+singletons and retry through their beacons, so a group at its cap admits one
+as soon as a member leaves.
+
 Two members that install V and then V' deliver in V exactly the messages up
 to the same cut (invariant 5). A message delivered after install was sent
 under a proposal that is a subset of the installed view, or it was rolled
@@ -145,8 +150,10 @@ class ViewAgreement:
     """The view of one group on one member, and the changes that move it."""
 
     def __init__(self, me: int, members: Iterable[int], view_timeout: float, now: float, tag: int = 0,
-                 epoch: int = 1) -> None:
+                 epoch: int = 1, max_members: int = 16_384) -> None:
         self.me = me
+        self.max_members = max_members
+        self.refused_joiners = 0
         self.tag = tag
         self.view_timeout = view_timeout
         self.view = View.of(epoch, roster_of(members).with_member(me))
@@ -208,10 +215,26 @@ class ViewAgreement:
         if self.coordinator() != self.me or coordinator < self.me:
             return []
         fresh = {m: e for m, e in members.items() if m not in self.view or m in self.failed}
-        if not fresh:
-            return []
-        self.joiners.update(fresh)
+        if not fresh or not self._admit(fresh):
+            return []  # all refused: no O(N) reconsideration per stranger's hello
         return self.reconsider(now)
+
+    def _admit(self, members: dict[int, int]) -> bool:
+        """Add joiners up to the view's cap; the rest are refused (and counted).
+        Returns whether any member was taken."""
+        room = self.max_members - self._wanted_count()
+        taken = False
+        for member in sorted(members):  # sorted: which ones get in must not depend on set order
+            if member in self.joiners or member in self.view and member not in self.failed:
+                self.joiners[member] = members[member]
+            elif room > 0:
+                self.joiners[member] = members[member]
+                room -= 1
+            else:
+                self.refused_joiners += 1
+                continue
+            taken = True
+        return taken
 
     def diverge(self, members: dict[int, int], now: float) -> list[AgreementOut]:
         """Beacon of a coordinator that is in our view, of a view that is not
@@ -221,9 +244,15 @@ class ViewAgreement:
         wholly inside it."""
         if self.coordinator() != self.me:
             return []
-        self.joiners.update(members)
+        self._admit(members)
         self.diverged = True
         return self.reconsider(now)
+
+    def _wanted_count(self) -> int:
+        """``len(self.wanted())`` without building it: O(changes), not O(N)."""
+        view, gone = self.view, self.failed | self.leaving
+        alive = len(view.members) - sum(1 for m in gone if m in view)
+        return alive + sum(1 for j in self.joiners if j not in view or j in gone)
 
     def reconsider(self, now: float) -> list[AgreementOut]:
         """As coordinator, propose when the wanted membership is not the view.

@@ -45,6 +45,12 @@ from ..config import Order
 Ack = tuple[int, int]
 PRUNE_AT = 256
 """Known timestamps per stream before the oldest are pruned."""
+PROMISES_MAX = 4_096
+"""Promises of one member waiting to become usable; past it the oldest is
+dropped (``promises_dropped``). A later promise of the same member covers at
+least as much (ACKs only grow), so a drop can only delay delivery, never
+reorder it; a member's null messages claiming a stream position that never
+comes cannot grow memory."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,7 @@ class OrderingLayer:
         self.blocker: int | None = None
         """The member whose promise (or, for safe order, ACK) the next message waits for."""
         self.members: tuple[int, ...] = ()
+        self.promises_dropped = 0
         self.set_members(members)
 
     def set_members(self, members: tuple[int, ...]) -> None:
@@ -118,12 +125,19 @@ class OrderingLayer:
         stream = self._streams.setdefault(member, _Stream())
         acked = self._acked.setdefault(member, {})
         own = stream.received
+        streams = self._streams
+        # entries of ids that are not members carry no order (their clock is 0):
+        # keeping them would let one member grow our tables with invented ids
+        acks = tuple(entry for entry in acks if entry[0] in streams)
         for sender, high in acks:
             if high > acked.get(sender, 0):
                 acked[sender] = high
             if sender == member:
                 own = max(own, high)
-        stream.promises.append((own, tuple(acks)))
+        if len(stream.promises) >= PROMISES_MAX:
+            stream.promises.popleft()
+            self.promises_dropped += 1
+        stream.promises.append((own, acks))
         self._work.add(member)
 
     # ------------------------------------------------------------------ delivery

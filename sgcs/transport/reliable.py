@@ -58,6 +58,7 @@ import random
 from dataclasses import dataclass
 
 from ..membership.roster import Roster, roster_of
+from .reassembly import Reassembly
 from .records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, Message, Out, OutDigest, OutNack, OutNull,
                       OutRecords, Range, Record)
 
@@ -67,6 +68,15 @@ AGGREGATE_MAX = 1_024
 must be in every round: a rotating subset would slow each sender's
 aggregation, leaving more senders unstable, a feedback loop. Beyond about
 150 senders the digest needs IP fragmentation (like a large heartbeat)."""
+
+SENDER_BUFFER_FACTOR = 4
+"""Records of one sender held here, unstable, at most this many times
+``window_max``; past it that sender's records are dropped (``sender_buffer_full``)
+until stability frees room, and NACKs fetch them again later. A correct sender
+stops at ``window_max`` unstable records of all senders, and our stable prefix
+lags its own by a little, so only a member that ignores flow control (or a
+flood under its id) reaches the cap. Out-of-order records stay below
+``window_max`` of it, so the rest can always become stable: no deadlock."""
 
 MISSING_SCAN = 65_536
 """Sequence numbers examined past the contiguous prefix when listing gaps, so a
@@ -100,6 +110,11 @@ class TransportParams:
     gossip_enabled: bool = True
     flush_delay: float = 0.0
     max_datagram: int = 1_400
+    reassembly_timeout: float = 60.0
+    """Seconds a partially received message may wait for its other fragments."""
+    max_members: int = 16_384
+    """Members of one group's view (a group-level cap, carried here so that the
+    node hands one parameter object to each group)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +130,14 @@ class StreamStatistics:
     buffered: int
     peak_buffered: int
     window: int
+    drops: dict[str, int] | None = None
+    """Records and partial messages dropped at a cap, by reason."""
 
 
 class _Inbound:
     """Receive state of one sender's stream."""
 
-    __slots__ = ("contig", "pending", "known_high", "nack_at", "nack_tries", "fragments", "synced")
+    __slots__ = ("contig", "pending", "known_high", "nack_at", "nack_tries", "reassembly", "synced")
 
     def __init__(self, synced: bool = True) -> None:
         self.synced = synced
@@ -130,7 +147,8 @@ class _Inbound:
         self.known_high = 0
         self.nack_at: float | None = None
         self.nack_tries = 0
-        self.fragments: list[Record] = []
+        self.reassembly: Reassembly | None = None
+        """A fragmented message in progress; None for the usual one-record messages."""
 
     def missing(self, limit: int) -> tuple[Range, ...]:
         """Gaps between ``contig`` and ``known_high``, at most ``limit`` ranges."""
@@ -171,8 +189,10 @@ class ReliableStream:
         self._round = 0
         self._counts = dict.fromkeys(
             ("sent", "received", "duplicates", "beyond_window", "nacks", "retransmissions", "pushes", "by_nack",
-             "by_gossip", "peak", "nulls"), 0
+             "by_gossip", "peak", "nulls", "sender_buffer_full"), 0
         )
+        self._drops: dict[str, int] = {}  # reassembly drops, by reason
+        self._reassembling: dict[int, _Inbound] = {}  # senders with a partial message (a timer each)
         self._gc_due = False
         """Every stream's stable prefix may have risen (``_gc_senders``: these streams')."""
         self._gc_senders: set[int] = set()
@@ -308,6 +328,10 @@ class ReliableStream:
         if record.seq > inbound.contig + self.params.window_max:
             self._counts["beyond_window"] += 1  # bounded memory: the sender must wait for stability
             return
+        stored = self._store.get(record.sender)
+        if stored is not None and len(stored) >= SENDER_BUFFER_FACTOR * self.params.window_max:
+            self._counts["sender_buffer_full"] += 1  # as if lost: NACKs fetch it once stability frees room
+            return
         self._counts["received"] += 1
         if kind != "data":
             self._counts["by_gossip" if kind == "gossip" else "by_nack"] += 1
@@ -327,10 +351,10 @@ class ReliableStream:
         while inbound.contig + 1 in inbound.pending:
             inbound.contig += 1
             record = inbound.pending.pop(inbound.contig)
-            inbound.fragments.append(record)
-            if not record.flags & MORE_FRAGMENTS:
-                delivered.append(_reassemble(inbound.fragments))
-                inbound.fragments = []
+            if record.flags & MORE_FRAGMENTS or inbound.reassembly is not None:
+                self._fragment(sender, inbound, record, delivered, now)
+            else:
+                delivered.append(_reassemble((record,)))
         self._dirty.pop(sender, None)  # re-insert: the dict's order is freshness
         self._dirty[sender] = inbound.contig
         if len(self._dirty) > 4 * self.params.max_acks:
@@ -342,6 +366,28 @@ class ReliableStream:
             if self._ack_at is None:
                 self._ack_at = now + self.params.ack_interval
         self._reschedule_nack(sender, inbound, now)
+
+    def _fragment(self, sender: int, inbound: _Inbound, record: Record, delivered: list[Message],
+                  now: float) -> None:
+        """A record of a fragmented message (or of the tail of a dropped one)."""
+        reassembly = inbound.reassembly
+        if reassembly is None:
+            reassembly = inbound.reassembly = Reassembly()
+        done = reassembly.push(record, now, self.params.max_message, self.params.reassembly_timeout, self._drops)
+        if done is not None:
+            delivered.append(_reassemble(done))
+        if reassembly.fragments:
+            self._reassembling[sender] = inbound
+        else:
+            self._reassembling.pop(sender, None)
+            if reassembly.idle():
+                inbound.reassembly = None
+
+    def _expire_reassembly(self, now: float) -> None:
+        for sender, inbound in list(self._reassembling.items()):
+            reassembly = inbound.reassembly
+            if reassembly is None or reassembly.expire(now, self._drops) or not reassembly.fragments:
+                del self._reassembling[sender]
 
     def on_acks(self, src: int, acks: tuple[Ack, ...], now: float) -> None:
         """ACKs from a null message or a digest of member ``src``."""
@@ -504,6 +550,8 @@ class ReliableStream:
             out += self._nulls(sorted(self._ack_due.items()), now)
             self._ack_due.clear()
             self._ack_at = None
+        if self._reassembling:
+            self._expire_reassembly(now)
         self._collect_garbage()
         return out
 
@@ -554,6 +602,8 @@ class ReliableStream:
             deadlines.append(self._next_gossip)
         if self._ack_at is not None:
             deadlines.append(self._ack_at)
+        deadlines += [i.reassembly.deadline for i in self._reassembling.values()
+                      if i.reassembly is not None and i.reassembly.deadline is not None]
         return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------------ stability
@@ -605,6 +655,7 @@ class ReliableStream:
         self._buffered -= len(self._store.pop(sender, {}))
         self._inbound.pop(sender, None)
         self._nacking.pop(sender, None)
+        self._reassembling.pop(sender, None)
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
         self._linger.pop(sender, None)
@@ -623,11 +674,17 @@ class ReliableStream:
             records_sent=c["sent"], records_received=c["received"], duplicates=c["duplicates"],
             nacks_sent=c["nacks"], retransmissions=c["retransmissions"], gossip_pushes=c["pushes"],
             repaired_by_nack=c["by_nack"], repaired_by_gossip=c["by_gossip"], buffered=self._buffered,
-            peak_buffered=c["peak"], window=self._buffered,
+            peak_buffered=c["peak"], window=self._buffered, drops=self.drops(),
         )
 
+    def drops(self) -> dict[str, int]:
+        """Records and partial messages dropped at a cap, by reason (non-zero only)."""
+        counts = {"beyond_window": self._counts["beyond_window"],
+                  "sender_buffer_full": self._counts["sender_buffer_full"], **self._drops}
+        return {reason: n for reason, n in counts.items() if n}
 
-def _reassemble(fragments: list[Record]) -> Message:
+
+def _reassemble(fragments: list[Record] | tuple[Record, ...]) -> Message:
     first = fragments[0]
     optimistic, tag = bool(first.flags & OPTIMISTIC), first.flags >> EPOCH_SHIFT
     if len(fragments) == 1:

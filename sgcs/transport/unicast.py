@@ -10,13 +10,18 @@ retransmission timeout that doubles on each try, up to ``rto_max``. The
 receiver delivers in order, reassembles fragments, and answers every record
 with its cumulative ACK (a duplicate means our ACK was lost, so it is answered
 too). Unacknowledged records per destination are capped by ``window_max``: at
-the cap the application waits, as for multicast.
+the cap the application waits, as for multicast. A receiver holds at most
+``window_max`` out-of-order records per source (later ones are dropped and
+counted as ``beyond_window``; the sender retransmits them), and a partial
+message is bounded by ``max_message`` bytes and ``reassembly_timeout``
+seconds (``reassembly.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .reassembly import Reassembly
 from .records import MORE_FRAGMENTS, Message, Record
 
 RTO_MIN = 0.05
@@ -35,7 +40,7 @@ class _Outgoing:
 class _Incoming:
     contig: int = 0
     pending: dict[int, Record] = field(default_factory=dict)
-    fragments: list[Record] = field(default_factory=list)
+    reassembly: Reassembly = field(default_factory=Reassembly)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,19 +63,27 @@ class UnicastAck:
 class UnicastStreams:
     """All of one member's unicast streams in one group."""
 
-    def __init__(self, me: int, fragment_size: int, window_max: int) -> None:
+    def __init__(self, me: int, fragment_size: int, window_max: int, max_message: int = 16 * 1024 * 1024,
+                 reassembly_timeout: float = 60.0) -> None:
         self.me = me
         self.fragment_size = fragment_size
         self.window_max = window_max
+        self.max_message = max_message
+        self.reassembly_timeout = reassembly_timeout
         self._out: dict[int, _Outgoing] = {}
         self._in: dict[int, _Incoming] = {}
         self.retransmissions = 0
+        self._clock = 0.0
+        """The latest time a timer or send told us (for partial messages received without one)."""
+        self.drops: dict[str, int] = {}
+        """Records and partial messages dropped at a cap, by reason."""
 
     def blocked(self, dst: int) -> bool:
         out = self._out.get(dst)
         return out is not None and len(out.unacked) >= self.window_max
 
     def send(self, dst: int, payload: bytes, now: float) -> tuple[int, UnicastSend]:
+        self._clock = now
         out = self._out.setdefault(dst, _Outgoing())
         size = self.fragment_size
         pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
@@ -85,21 +98,23 @@ class UnicastStreams:
             out.retransmit_at = now + out.rto
         return first, UnicastSend(dst, tuple(records), retransmit=False)
 
-    def on_records(self, src: int, records: tuple[Record, ...]) -> tuple[list[Message], UnicastAck]:
+    def on_records(self, src: int, records: tuple[Record, ...],
+                   now: float | None = None) -> tuple[list[Message], UnicastAck]:
+        """Accept records from ``src``. Without ``now`` a partial message's
+        timeout starts at the next timer (``next_deadline`` asks for one)."""
         incoming = self._in.setdefault(src, _Incoming())
         delivered: list[Message] = []
         for record in records:
             if incoming.contig < record.seq <= incoming.contig + self.window_max:
                 incoming.pending.setdefault(record.seq, record)
+            elif record.seq > incoming.contig:
+                self.drops["beyond_window"] = self.drops.get("beyond_window", 0) + 1
         while incoming.contig + 1 in incoming.pending:
             incoming.contig += 1
             record = incoming.pending.pop(incoming.contig)
-            incoming.fragments.append(record)
-            if not record.flags & MORE_FRAGMENTS:
-                first = incoming.fragments[0]
-                payload = b"".join(r.payload for r in incoming.fragments)
-                delivered.append(Message(src, first.seq, (), payload))
-                incoming.fragments = []
+            done = incoming.reassembly.push(record, now, self.max_message, self.reassembly_timeout, self.drops)
+            if done is not None:
+                delivered.append(Message(src, done[0].seq, (), b"".join(r.payload for r in done)))
         return delivered, UnicastAck(src, incoming.contig)
 
     def on_ack(self, src: int, high: int) -> None:
@@ -112,6 +127,10 @@ class UnicastStreams:
         out.retransmit_at = None if not out.unacked else out.retransmit_at
 
     def on_timeout(self, now: float, budget: int) -> list[UnicastSend]:
+        self._clock = now
+        for incoming in self._in.values():  # one entry per member of the view: a short loop
+            incoming.reassembly.stamp(now, self.reassembly_timeout)
+            incoming.reassembly.expire(now, self.drops)
         sends = []
         for dst, out in self._out.items():
             if out.retransmit_at is not None and out.retransmit_at <= now and out.unacked:
@@ -124,6 +143,12 @@ class UnicastStreams:
 
     def next_deadline(self) -> float | None:
         times = [o.retransmit_at for o in self._out.values() if o.retransmit_at is not None and o.unacked]
+        for incoming in self._in.values():
+            reassembly = incoming.reassembly
+            if reassembly.unstamped():
+                times.append(self._clock)  # at once: the timer stamps its deadline
+            elif reassembly.fragments and reassembly.deadline is not None:
+                times.append(reassembly.deadline)
         return min(times) if times else None
 
     def forget(self, member: int) -> None:

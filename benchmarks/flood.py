@@ -1,0 +1,260 @@
+"""Flood one node with 100,000 datagrams from one source and measure its memory.
+
+Theory of operation
+-------------------
+Issue 8 asks that a flood from one source cannot grow a node's memory without
+bound. One ``sgcs.node.Node`` (id 1) is a member of group ``g`` with one other
+member (id 2, the attacker, which holds the group key). Each scenario feeds it
+``count`` datagrams through ``Node.handle_datagram``, as the trio driver or the
+simulator would, advancing virtual time by ``step`` seconds per datagram and
+running the node's timers when they are due. ``tracemalloc`` measures the
+Python heap above the joined node's: the peak during the flood and what is
+still held after it (retained). The throughput figure counts the node's own
+time only (datagrams are built and sealed outside the timed calls).
+
+Scenarios (each from one source):
+
+* ``garbage``: random bytes.
+* ``bad_mac``: well-formed datagrams sealed under another secret.
+* ``huge_seq``: valid records claiming random sequence numbers up to 2**62.
+* ``far_ahead``: valid records 2, 3, 4... whose record 1 never comes.
+* ``endless_message``: valid records 1, 2, 3... all flagged MORE_FRAGMENTS, a
+  message that never ends (and is never acknowledged, so never stable).
+* ``group_tags``: valid records, each for a different (unjoined) group tag.
+* ``sender_ids``: valid records, each datagram from a different sender id.
+* ``hello_ids``: join requests (HELLO), each from a different sender id.
+
+The documented cap (README, "Limits and what happens at each") is
+``MEMORY_CAP_MB`` at the default ``Config``; ``cap_bytes`` gives the formula
+for others. Run: ``python -m benchmarks.flood [--count N] [--scenario NAME]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from sgcs.config import Config, Order
+from sgcs.node import MAX_PEERS, Node
+from sgcs.transport.framing import fragment_size
+from sgcs.transport.records import MORE_FRAGMENTS, Record
+from sgcs.transport.reliable import SENDER_BUFFER_FACTOR
+from sgcs.wire import Flag, HelloMsg, MsgType, encode_hello, encode_records, group_tag
+
+SECRET = b"flood-benchmark-secret"
+VICTIM, ATTACKER = 1, 2
+GROUP = "g"
+FIRST_STRANGER = 1_000
+"""Ids of the ``sender_ids`` and ``hello_ids`` floods start here."""
+MEMORY_CAP_MB = 64.0
+"""Documented cap, at the default Config, on the heap a one-source flood may
+grow a node by (peak): see ``cap_bytes``."""
+RECORD_OVERHEAD = 300
+"""Bytes a buffered record costs besides its payload: the Record object, its
+bytes header, and its entries in the stream's dicts."""
+PEER_STATE = 400
+"""Bytes per remembered stranger: its address, replay window and cipher entry."""
+
+Sealing = Callable[[MsgType, Flag, bytes], bytes]
+
+
+def sealer(sender: int, secret: bytes = SECRET) -> Sealing:
+    """The one place datagrams are sealed: ``sgcs.security.Sealer`` (a fresh
+    counter per datagram, so the replay window accepts each once)."""
+    from sgcs.security import Sealer
+
+    return Sealer(secret, sender, 1).seal
+
+
+def default_config(**fields: object) -> Config:
+    return Config(name="victim", secret=SECRET, **fields)  # type: ignore[arg-type]
+
+
+def cap_bytes(config: Config) -> int:
+    """The heap a flood from one member may grow a node by: its unstable
+    records (``SENDER_BUFFER_FACTOR * window_max``, which also hold any partial
+    message, itself capped at ``max_message``), plus the per-stranger state a
+    flood of fresh sender ids fills (addresses and replay windows, each capped
+    at ``MAX_PEERS``), plus 8 MiB of slack for the interpreter."""
+    record = fragment_size(config.max_datagram) + RECORD_OVERHEAD
+    records = SENDER_BUFFER_FACTOR * config.window_max * record
+    return records + MAX_PEERS * PEER_STATE + 8 * 1024 * 1024
+
+
+# ---------------------------------------------------------------------- scenarios
+
+
+def _records(seal: Sealing, tag: int, sender: int, seq: int, flags: int, payload: bytes) -> bytes:
+    return seal(MsgType.DATA, Flag.NONE, encode_records(tag, [Record(sender, seq, (), flags, payload)]))
+
+
+def _garbage(count: int, config: Config) -> Iterator[bytes]:
+    rng = random.Random(1)
+    for _ in range(count):
+        yield rng.randbytes(rng.randrange(0, config.max_datagram))
+
+
+def _bad_mac(count: int, config: Config) -> Iterator[bytes]:
+    seal, tag, payload = sealer(ATTACKER, b"not-the-group-secret"), group_tag(GROUP), bytes(512)
+    for i in range(count):
+        yield _records(seal, tag, ATTACKER, i + 1, 0, payload)
+
+
+def _huge_seq(count: int, config: Config) -> Iterator[bytes]:
+    rng, seal, tag = random.Random(2), sealer(ATTACKER), group_tag(GROUP)
+    payload = bytes(fragment_size(config.max_datagram))
+    for _ in range(count):
+        yield _records(seal, tag, ATTACKER, rng.randrange(2**40, 2**62), 0, payload)
+
+
+def _far_ahead(count: int, config: Config) -> Iterator[bytes]:
+    seal, tag, payload = sealer(ATTACKER), group_tag(GROUP), bytes(fragment_size(config.max_datagram))
+    for i in range(count):
+        yield _records(seal, tag, ATTACKER, i + 2, 0, payload)
+
+
+def _endless_message(count: int, config: Config) -> Iterator[bytes]:
+    seal, tag, payload = sealer(ATTACKER), group_tag(GROUP), bytes(fragment_size(config.max_datagram))
+    for i in range(count):
+        yield _records(seal, tag, ATTACKER, i + 1, MORE_FRAGMENTS, payload)
+
+
+def _group_tags(count: int, config: Config) -> Iterator[bytes]:
+    rng, seal, payload = random.Random(3), sealer(ATTACKER), bytes(512)
+    for i in range(count):
+        yield _records(seal, rng.getrandbits(64), ATTACKER, i + 1, 0, payload)
+
+
+def _sender_ids(count: int, config: Config) -> Iterator[bytes]:
+    tag, payload = group_tag(GROUP), bytes(512)
+    for i in range(count):
+        sender = FIRST_STRANGER + i
+        yield _records(sealer(sender), tag, sender, 1, 0, payload)
+
+
+def _hello_ids(count: int, config: Config) -> Iterator[bytes]:
+    body = encode_hello(HelloMsg(group_tag(GROUP), config_order(), True))
+    for i in range(count):
+        yield sealer(FIRST_STRANGER + i)(MsgType.HELLO, Flag.NONE, body)
+
+
+def config_order() -> Order:
+    """The victim's group order (FIFO): a hello of the same order asks to join."""
+    return Order.FIFO
+
+
+SCENARIO_FIELDS: dict[str, dict[str, object]] = {"hello_ids": {"max_members": 1_024}}
+"""Config overrides per scenario. Until the view is full every admitted joiner
+starts a new proposal listing all members so far, O(members) each, so filling
+the default 16,384 would take minutes of CPU (memory stays bounded): the
+join flood runs at a cap of 1,024 to show the cap's policy quickly."""
+
+SCENARIOS: dict[str, Callable[[int, Config], Iterator[bytes]]] = {
+    "garbage": _garbage, "bad_mac": _bad_mac, "huge_seq": _huge_seq, "far_ahead": _far_ahead,
+    "endless_message": _endless_message, "group_tags": _group_tags, "sender_ids": _sender_ids,
+    "hello_ids": _hello_ids,
+}
+
+
+# ---------------------------------------------------------------------- measuring
+
+
+@dataclass
+class FloodResult:
+    scenario: str
+    datagrams: int
+    node_seconds: float
+    peak_bytes: int
+    retained_bytes: int
+    drop_reasons: dict[str, int] = field(default_factory=dict)
+    """The node's drop reasons plus its group's cap drops (``GroupStack.drop_counts``)."""
+    foreign: int = 0
+    members: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.datagrams / self.node_seconds if self.node_seconds else float("inf")
+
+    def line(self) -> str:
+        drops = ", ".join(f"{k}={v}" for k, v in sorted(self.drop_reasons.items())) or "-"
+        return (f"{self.scenario:16} {self.datagrams:>8} dg  peak {self.peak_bytes / 2**20:7.2f} MB  "
+                f"retained {self.retained_bytes / 2**20:7.2f} MB  {self.rate:>9,.0f} dg/s  "
+                f"foreign={self.foreign} members={self.members}  drops: {drops}")
+
+
+def make_victim(config: Config) -> Node:
+    node = Node(VICTIM, config, random.Random(VICTIM), resolve=lambda n: n)
+    node.join(GROUP, 0.0, members=(VICTIM, ATTACKER))
+    return node
+
+
+def run_flood(scenario: str, count: int = 100_000, config: Config | None = None, step: float = 0.001) -> FloodResult:
+    """Feed ``count`` datagrams of ``scenario`` to a fresh node and measure it."""
+    config = config or default_config()
+    node = make_victim(config)
+    datagrams = SCENARIOS[scenario](count, config)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        spent = _feed(node, datagrams, step)
+        peak = tracemalloc.get_traced_memory()[1] - base
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    return _result(scenario, count, spent, peak, retained, node)
+
+
+def _feed(node: Node, datagrams: Iterator[bytes], step: float) -> float:
+    spent, now, clock = 0.0, 0.0, time.perf_counter
+    for i, data in enumerate(datagrams):
+        now = i * step
+        start = clock()
+        node.handle_datagram(ATTACKER, data, now)
+        deadline = node.next_deadline()
+        if deadline is not None and deadline <= now:
+            node.handle_timeout(now)
+        spent += clock() - start
+    return spent
+
+
+def _result(scenario: str, count: int, spent: float, peak: int, retained: int, node: Node) -> FloodResult:
+    stats = node.statistics()
+    state = node._groups[GROUP]  # the group's cap counters; the node does not report them yet
+    drops = dict(stats.drop_reasons)
+    for reason, n in state.drop_counts().items():
+        drops[reason] = drops.get(reason, 0) + n
+    return FloodResult(scenario, count, spent, peak, retained, drops, stats.foreign, len(state.view.members))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.flood", description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=100_000, help="datagrams per scenario (default 100,000)")
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), action="append", help="default: all")
+    args = parser.parse_args(argv)
+    if args.count < 1:
+        parser.error("--count must be at least 1")
+    config = default_config()
+    cap = cap_bytes(config)
+    print(f"documented cap: {MEMORY_CAP_MB:.0f} MB (formula at this Config: {cap / 2**20:.1f} MB)")
+    worst = 0
+    for name in args.scenario or list(SCENARIOS):
+        fields = SCENARIO_FIELDS.get(name, {})
+        result = run_flood(name, args.count, default_config(**fields) if fields else config)
+        worst = max(worst, result.peak_bytes)
+        print(result.line(), flush=True)
+    verdict = "under" if worst < MEMORY_CAP_MB * 2**20 else "OVER"
+    print(f"worst peak {worst / 2**20:.2f} MB: {verdict} the {MEMORY_CAP_MB:.0f} MB cap")
+    return 0 if verdict == "under" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
