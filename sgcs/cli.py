@@ -7,7 +7,8 @@ the sub-command's arguments and one that runs it and returns the exit code.
 Heavy imports (the simulator, numpy, pyarrow) happen inside the runner, so
 ``sgcs --version`` and ``--help`` stay instant.
 
-Exit codes: 0 success; 2 bad input (any ``UsageError``, or bad arguments),
+Exit codes: 0 success; 2 bad input (any ``UsageError``, bad arguments, or an
+``OSError`` on a path or resource the user named),
 reported as one line on stderr without a traceback; 1 a bug, or a failed
 ``sgcs bench`` run (a member failed or timed out), also in one line. A bug inside a
 simulation prints the seed and the exact command that replays it, then the
@@ -235,6 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except UsageError as exc:
         print(f"sgcs {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:  # a path or resource the user gave: one line, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"sgcs {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"sgcs {args.command}: interrupted", file=sys.stderr)

@@ -132,7 +132,10 @@ def prepare_out(out: Path) -> None:
         for stale in ("events", "net", "stats"):
             shutil.rmtree(out / stale, ignore_errors=True)
         (out / "summary.json").unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create the directory: {exc.strerror}") from None
 
 
 def _summarise(simulator: Simulator, out: Path, wall: float) -> RunSummary:

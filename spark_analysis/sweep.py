@@ -589,7 +589,10 @@ def _prepare_dir(out: Path) -> Path:
     """DIR/runs/ exists; the outputs of an earlier sweep are gone (a plot it had and we lack would mislead)."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
-    (out / "runs").mkdir(parents=True, exist_ok=True)
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create the directory: {exc.strerror}") from None
     for name in _OUTPUTS:
         (out / name).unlink(missing_ok=True)
     return out

@@ -128,7 +128,10 @@ def open_run(directory: Path, config: Config) -> dict[str, Any]:
     """The run's meta.json, created (with the epoch) if this member is first."""
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"trace {directory}: exists and is not a directory")
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"trace {directory}: cannot create the directory: {exc.strerror}") from None
     meta_path = directory / "meta.json"
     if not meta_path.exists():
         if any(not p.name.startswith(".") for p in directory.iterdir()):  # hidden: other members' work files
