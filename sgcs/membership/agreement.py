@@ -322,13 +322,23 @@ class ViewAgreement:
                 self.snapshot = snapshot
                 out.append(Freeze(dict(snapshot[1]), View.of(proposal.epoch, members)))
             elif self.accepted is not None:
-                self.sent_under.append((self.accepted.members, snapshot[0]))
+                self._note_sent_under(self.accepted.members, snapshot[0])
             if self.coordination is not None and proposal.coordinator != self.me:
                 self.coordination = None  # a higher proposal wins: follow it
             self.accepted = proposal
         self.commit_wait = now + 2 * self.view_timeout
         out.append(self._flush_reply(src, proposal))
         return out
+
+    def _note_sent_under(self, members: tuple[int, ...], upto: int) -> None:
+        """Remember what we sent under a superseded proposal. An earlier entry
+        whose members are a subset of these is dominated (``upto`` only grows,
+        and whenever it is not within the next proposal neither is this one),
+        so it goes: proposals that only add joiners keep the list at one entry
+        instead of one per proposal (a flood of join requests made it grow)."""
+        grown = set(members)
+        self.sent_under = [(under, seq) for under, seq in self.sent_under if not set(under) <= grown]
+        self.sent_under.append((members, upto))
 
     def _flush_reply(self, coordinator: int, proposal: _Proposal) -> CtlSend:
         assert self.snapshot is not None
