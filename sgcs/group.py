@@ -146,6 +146,11 @@ class GroupStack:
         self.held: list[Message] = []
         self.committing: Commit | None = None
         self._commit_deadline: float | None = None
+        self.foreign: frozenset[int] = frozenset()
+        """Members of our old view that the commit brings from another view
+        (overlapping views: they never installed ours). Their records up to
+        the cut were sent in that other view: we neither fetch nor deliver
+        them, and, as for newcomers, their streams start after the cut."""
         self.held_senders: set[int] = set()
         """Senders with a held message: their later ones wait behind it (FIFO)."""
         self.first_optimistic: dict[int, int] = {}
@@ -260,9 +265,11 @@ class GroupStack:
         old = self.view.members
         if commit.view.members == (self.me,) and not commit.cut:
             return self._install(now)  # left out: start again alone
+        self.foreign = frozenset(m for m in old if m in commit.view and not commit.shares(m, self.view))
         for sender in old:
-            self.stream.expect(sender, commit.cut.get(sender, 0), now)
-        self.limits = {s: commit.cut.get(s, 0) for s in old}
+            if sender not in self.foreign:
+                self.stream.expect(sender, commit.cut.get(sender, 0), now)
+        self.limits = {s: 0 if s in self.foreign else commit.cut.get(s, 0) for s in old}
         self.stream.stability_cap = dict(self.limits)
         held, self.held = self.held, []
         self.held_senders = set()
@@ -277,7 +284,8 @@ class GroupStack:
         commit = self.committing
         if commit is None:
             return []
-        if all(self.stream.contig_of(s) >= commit.cut.get(s, 0) for s in self.view.members if s != self.me):
+        if all(self.stream.contig_of(s) >= commit.cut.get(s, 0) for s in self.view.members
+               if s != self.me and s not in self.foreign):
             return self._install(now)
         if self._commit_deadline is None:
             self._commit_deadline = now + 2 * self.agreement.view_timeout
@@ -292,7 +300,8 @@ class GroupStack:
         old = self.view
         self._drain_old_view()
         new = commit.view.members
-        newcomers = tuple(m for m in new if m not in old)
+        foreign, self.foreign = self.foreign, frozenset()
+        newcomers = tuple(m for m in new if m not in old or m in foreign)
         self.joined_at = {m: e for m, e in self.joined_at.items() if m in commit.view}
         self.joined_at.update(dict.fromkeys(newcomers, commit.view.epoch))
         self.stream.stability_cap = None
@@ -312,6 +321,8 @@ class GroupStack:
         left_out = new == (self.me,) and len(old.members) > 1
         kept: list[Message] = []
         for message in held:
+            if message.sender in foreign:
+                continue  # its records come afresh after the cut, in the new view
             if message.sender not in new or left_out:
                 if message.sender == self.me:
                     self._happen("rollback", message)  # sent under a view we are not in

@@ -523,6 +523,31 @@ def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
     assert commit.view == View.of(2, (1, 2, 3, 4, 5))
 
 
+def test_commit_tells_members_that_come_from_an_overlapping_view() -> None:
+    """Overlapping views: 1 installed (1, 4, 5, 6)@3, but 4 went to (2, 3, 4, 5)@4.
+    Merging them, 4's FLUSH names its view, the commit passes that on, and 1
+    sees that 4 does not share its view (its records up to the cut were sent
+    elsewhere: 1 must not wait for them). Members of one view share it."""
+    from sgcs.membership.agreement import _Coordination, _Proposal, lineage
+
+    mine, theirs = View.of(3, (1, 4, 5, 6)), View.of(4, (2, 3, 4, 5))
+    va = {m: ViewAgreement(m, {m}, TIMEOUT, 0.0, TAG) for m in (1, 4)}
+    va[1].view, va[4].view = mine, theirs
+    propose = Control(TAG, 5, 1, 0, 0, (tuple((m, 0) for m in range(1, 7)),))
+    flush_of_4 = body(ctl(va[4].on_propose(1, propose, (5, {4: 5}), 0.0), MsgType.FLUSH)[0])
+    assert flush_of_4.lists[1] == ((0, lineage(theirs, None)),)
+    va[1].on_propose(1, propose, (7, {1: 7}), 0.0)  # 1 coordinates this merge
+    va[1].coordination = _Coordination(_Proposal(5, 1, 1, tuple(range(1, 7))))
+    replies = {m: Control(TAG, 5, 1, 0, 0, ((), ((0, lineage(mine if m in (1, 6) else theirs, None)),)))
+               for m in (1, 2, 3, 5, 6)}
+    for m, reply in replies.items():
+        assert va[1].on_flush(m, reply, 0.1) == []
+    (commit_send,) = ctl(va[1].on_flush(4, flush_of_4, 0.1), MsgType.COMMIT)
+    (commit,) = va[1].on_commit(1, body(commit_send))
+    assert commit.shares(6, mine) and not commit.shares(4, mine) and not commit.shares(5, mine)
+    assert commit.shares(4, theirs) and not commit.shares(6, theirs)
+
+
 def test_member_left_out_of_the_commit_installs_a_singleton() -> None:
     va = agreements({1, 2, 3})
     msg = body(ctl(va[1].member_failed(3, 0.0), MsgType.PROPOSE)[0])

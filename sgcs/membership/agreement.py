@@ -118,6 +118,29 @@ class Commit:
     rollback: dict[int, int]
     coordinator: int
     attempt: int
+    origins: dict[int, int] = field(default_factory=dict)
+    """Per member, the views it flushed from (``lineage``: its view and the
+    one before); absent when all members flushed from one view."""
+
+    def shares(self, member: int, view: View) -> bool:
+        """``member`` comes to this commit from ``view`` (or moved on from it,
+        a commit we missed), not from another view that overlaps ours."""
+        origin = self.origins.get(member)
+        digest = view_digest(view) & _HALF
+        return origin is None or digest in (origin >> 31, origin & _HALF)
+
+
+_HALF = (1 << 31) - 1
+
+
+def view_digest(view: View | None) -> int:
+    """The 48-bit hash in ``view.view_id`` (epoch and members); 0 for none."""
+    return 0 if view is None else int(view.view_id.rsplit("-", 1)[1], 16)
+
+
+def lineage(view: View, previous: View | None) -> int:
+    """A member's view and the one before it, 31 bits of each digest (a control field holds 63)."""
+    return (view_digest(view) & _HALF) << 31 | view_digest(previous) & _HALF
 
 
 AgreementOut = CtlSend | Freeze | Commit
@@ -138,8 +161,8 @@ class _Proposal:
 @dataclass
 class _Coordination:
     proposal: _Proposal
-    replies: dict[int, tuple[int, Entries, int]] = field(default_factory=dict)
-    """member -> (frozen own seq, frozen vector, rollback bound)."""
+    replies: dict[int, tuple[int, Entries, int, int]] = field(default_factory=dict)
+    """member -> (frozen own seq, frozen vector, rollback bound, its ``lineage``)."""
     deadline: float = 0.0
     repeat_at: float = 0.0
     commit: bytes | None = None
@@ -157,6 +180,8 @@ class ViewAgreement:
         self.tag = tag
         self.view_timeout = view_timeout
         self.view = View.of(epoch, roster_of(members).with_member(me))
+        self.previous: View | None = None
+        """The view installed before ``view``."""
         self.leaving: set[int] = set()
         self.failed: set[int] = set()
         self.joiners: dict[int, int] = {}
@@ -346,7 +371,7 @@ class ViewAgreement:
         members = set(proposal.members)
         rollback = max([upto for under, upto in self.sent_under if not set(under) <= members], default=0)
         body = encode_control(Control(self.tag, proposal.epoch, proposal.attempt, own, rollback,
-                                      (tuple(sorted(vector.items())),)))
+                                      (tuple(sorted(vector.items())), ((0, lineage(self.view, self.previous)),))))
         return CtlSend(coordinator, MsgType.FLUSH, body)
 
     def on_commit(self, src: int, msg: Control) -> list[AgreementOut]:
@@ -367,7 +392,7 @@ class ViewAgreement:
             # Installing it would list us in two views of one epoch.
             return []
         self.committing = Commit(View.of(msg.epoch, members), dict(msg.lists[1]), dict(msg.lists[2]), src,
-                                 msg.attempt)
+                                 msg.attempt, {m: d for m, d in msg.lists[0] if d})
         return [self.committing]
 
     def _is_our_view(self, commit: Control) -> bool:
@@ -386,7 +411,7 @@ class ViewAgreement:
 
     def installed(self, commit: Commit) -> list[AgreementOut]:
         """The group layer completed the cut and installed ``commit.view``."""
-        self.view = commit.view
+        self.previous, self.view = self.view, commit.view
         self.failed &= set(self.view.members)
         self.leaving &= set(self.view.members)
         self.suspected &= set(self.view.members)
@@ -413,7 +438,8 @@ class ViewAgreement:
         p = coordination.proposal
         if (msg.epoch, msg.attempt) != (p.epoch, p.attempt) or src not in p.members:
             return []
-        coordination.replies[src] = (msg.a, msg.lists[0], msg.b)
+        origin = msg.lists[1][0][1] if len(msg.lists) > 1 and msg.lists[1] else 0
+        coordination.replies[src] = (msg.a, msg.lists[0], msg.b, origin)
         if set(coordination.replies) >= set(p.members):
             return self._commit(now)
         return []
@@ -424,13 +450,16 @@ class ViewAgreement:
         p = coordination.proposal
         cut: dict[int, int] = {}
         rollback: dict[int, int] = {}
-        for member, (own, vector, bound) in coordination.replies.items():
+        for member, (own, vector, bound, _) in coordination.replies.items():
             for sender, high in vector:
                 cut[sender] = max(cut.get(sender, 0), high)
             cut[member] = max(cut.get(member, 0), own)
             if bound > own:
                 rollback[member] = bound
-        lists = (tuple((m, 0) for m in p.members), tuple(sorted(cut.items())), tuple(sorted(rollback.items())))
+        origins = {m: coordination.replies[m][3] for m in p.members}
+        if len({origin >> 31 for origin in origins.values()}) == 1:  # all from one view: nothing to tell apart
+            origins = dict.fromkeys(p.members, 0)
+        lists = (tuple(origins.items()), tuple(sorted(cut.items())), tuple(sorted(rollback.items())))
         coordination.commit = encode_control(Control(self.tag, p.epoch, p.attempt, self.me, 0, lists))
         coordination.installed = set()
         coordination.deadline = now + self.view_timeout
