@@ -360,10 +360,14 @@ class Node:
         def total(name: str) -> int:
             return sum(getattr(s, name) for s in streams)
 
+        drops = dict(self._drops)
+        for state in self._groups.values():  # records and messages dropped at a group's caps
+            for reason, n in state.drop_counts().items():
+                drops[reason] = drops.get(reason, 0) + n
         return NodeStatistics(
             datagrams_received=c["rx"], bytes_received=c["rx_bytes"], datagrams_sent=c["tx"],
             bytes_sent=c["tx_bytes"], messages_sent=c["sent"], messages_delivered=c["delivered"],
-            dropped=sum(self._drops.values()), drop_reasons=dict(self._drops), foreign=c["foreign"],
+            dropped=sum(drops.values()), drop_reasons=drops, foreign=c["foreign"],
             duplicates=total("duplicates"), nacks_sent=total("nacks_sent"), retransmissions=total("retransmissions"),
             gossip_pushes=total("gossip_pushes"), repaired_by_nack=total("repaired_by_nack"),
             repaired_by_gossip=total("repaired_by_gossip"), buffered=total("buffered"),
@@ -401,7 +405,7 @@ class Node:
         if header.sender not in state.view:
             return []  # not (or no longer) a member: its unicasts wait for a shared view
         out: list[Action] = []
-        messages, ack = state.unicast.on_records(header.sender, records)
+        messages, ack = state.unicast.on_records(header.sender, records, now)
         for message in messages:
             self._deliver(out, state, message, self.id)
         self._route(out, state, [ack])
@@ -678,24 +682,13 @@ _UNICAST_BIT: tuple[bool, ...] = tuple(bool(Flag(bits) & Flag.UNICAST) for bits 
 _RECORD_KINDS = {MsgType.DATA: "data", MsgType.RETRANSMIT: "retransmit", MsgType.GOSSIP: "gossip"}
 
 _HANDLERS: dict[MsgType, _Handler] = {
-    MsgType.DATA: Node._on_records,
-    MsgType.RETRANSMIT: Node._on_records,
-    MsgType.GOSSIP: Node._on_records,
+    **dict.fromkeys((MsgType.DATA, MsgType.RETRANSMIT, MsgType.GOSSIP), Node._on_records),
     MsgType.NACK: Node._on_nack,
-    MsgType.DIGEST: Node._on_entries,
-    MsgType.NULL: Node._on_entries,
-    MsgType.STABLE: Node._on_entries,
-    MsgType.UNICAST_ACK: Node._on_entries,
+    **dict.fromkeys((MsgType.DIGEST, MsgType.NULL, MsgType.STABLE, MsgType.UNICAST_ACK), Node._on_entries),
     MsgType.HELLO: Node._on_hello,
     MsgType.LEAVE: Node._on_leave,
     MsgType.HEARTBEAT: Node._on_heartbeat,
-    MsgType.PROBE: Node._on_probing,
-    MsgType.PROBE_ACK: Node._on_probing,
-    MsgType.ASK: Node._on_probing,
-    MsgType.ASK_REPLY: Node._on_probing,
-    MsgType.BEACON: Node._on_view_control,
-    MsgType.PROPOSE: Node._on_view_control,
-    MsgType.FLUSH: Node._on_view_control,
-    MsgType.COMMIT: Node._on_view_control,
-    MsgType.INSTALLED: Node._on_view_control,
+    **dict.fromkeys((MsgType.PROBE, MsgType.PROBE_ACK, MsgType.ASK, MsgType.ASK_REPLY), Node._on_probing),
+    **dict.fromkeys((MsgType.BEACON, MsgType.PROPOSE, MsgType.FLUSH, MsgType.COMMIT, MsgType.INSTALLED),
+                    Node._on_view_control),
 }
