@@ -153,7 +153,7 @@ SCENARIO_FIELDS: dict[str, dict[str, object]] = {"hello_ids": {"max_members": 64
 """Config overrides per scenario. Every admitted joiner starts a new proposal
 listing all members so far, O(members) of CPU each, and the fake joiners,
 silent, are dropped from the next attempt after ``view_timeout``, which makes
-room for more: at the default cap of 16,384 the join flood costs hours of
+room for more: at the default cap of 4,096 the join flood costs hours of
 CPU (memory stays bounded). It runs at a cap of 64 to show the cap's policy."""
 
 SCENARIOS: dict[str, Callable[[int, Config], Iterator[bytes]]] = {

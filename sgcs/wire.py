@@ -256,7 +256,10 @@ def decode_leave_untrusted(body: bytes) -> LeaveMsg:
 # digest   := entries [| level B | roster I | acks]         (DIGEST; the optional part: stability gossip)
 
 MAX_RECORDS = 1_024
-MAX_ACKS = 8_192
+MAX_ACKS = 32_768
+"""Entries in one list: what a 65,507-byte datagram can hold at two bytes an
+entry. A view's member list travels in one PROPOSE and COMMIT, so this also
+bounds ``Config.max_members``."""
 MAX_RANGES = 64
 _RECORD = struct.Struct("!QQBIH")
 _RECORDS = struct.Struct("!QH")

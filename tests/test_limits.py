@@ -200,7 +200,7 @@ def test_acks_naming_non_members_leave_no_state() -> None:
 
 
 def test_new_limit_fields_are_validated_with_their_range() -> None:
-    with pytest.raises(UsageError, match=r"Config.max_members must be in \[2, 1000000\], got 1"):
+    with pytest.raises(UsageError, match=r"Config.max_members must be in \[2, 32000\], got 1"):
         Config(secret=b"limits-secret", max_members=1)
     with pytest.raises(UsageError, match=r"Config.reassembly_timeout must be in \[0.1, 86400.0\]"):
         Config(secret=b"limits-secret", reassembly_timeout=0.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -220,3 +221,22 @@ def test_other_secret_is_rejected() -> None:
     with pytest.raises(DecodeError) as info:
         decode_datagram_untrusted(datagram, KEY)
     assert info.value.reason == "mac"
+
+
+def test_a_proposal_of_the_largest_view_fits_one_datagram_and_decodes() -> None:
+    """A view's member list travels in one PROPOSE: at Config.max_members'
+    default, with random ids, it must fit a datagram and decode; at the upper
+    bound it does with the simulator's dense ids."""
+    from sgcs.config import MAX_UDP_PAYLOAD
+    from sgcs.wire import Control, decode_control_untrusted, encode_control
+
+    rng = random.Random(5)
+    members = tuple(sorted({rng.getrandbits(63) for _ in range(4_096)}))  # Config.max_members' default, random ids
+    body = encode_control(Control(7, 2, 1, 0, 0, (tuple((m, 0) for m in members),)))
+    datagram = seal(KEY, MsgType.PROPOSE, Flag.NONE, 1, body)
+    assert len(datagram) <= MAX_UDP_PAYLOAD, len(datagram)
+    _, checked = decode_datagram_untrusted(datagram, KEY)
+    assert tuple(m for m, _ in decode_control_untrusted(checked).lists[0]) == members
+    dense = tuple(range(32_000))
+    datagram = seal(KEY, MsgType.PROPOSE, Flag.NONE, 1, encode_control(Control(7, 2, 1, 0, 0, (tuple((m, 0) for m in dense),))))
+    assert len(datagram) <= MAX_UDP_PAYLOAD and len(decode_control_untrusted(decode_datagram_untrusted(datagram, KEY)[1]).lists[0]) == 32_000

@@ -173,7 +173,7 @@ class ViewAgreement:
     """The view of one group on one member, and the changes that move it."""
 
     def __init__(self, me: int, members: Iterable[int], view_timeout: float, now: float, tag: int = 0,
-                 epoch: int = 1, max_members: int = 16_384) -> None:
+                 epoch: int = 1, max_members: int = 4_096) -> None:
         self.me = me
         self.max_members = max_members
         self.refused_joiners = 0

@@ -112,7 +112,7 @@ class TransportParams:
     max_datagram: int = 1_400
     reassembly_timeout: float = 60.0
     """Seconds a partially received message may wait for its other fragments."""
-    max_members: int = 16_384
+    max_members: int = 4_096
     """Members of one group's view (a group-level cap, carried here so that the
     node hands one parameter object to each group)."""
 
