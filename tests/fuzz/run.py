@@ -123,12 +123,15 @@ def run_atheris(name: str, inputs: int, out: Path, seed: int, max_len: int) -> d
     summary_path.unlink(missing_ok=True)
     command = [sys.executable, __file__, "--child", "--target", name, "--inputs", str(inputs), "--out", str(out),
                "--seed", str(seed), "--max-len", str(max_len)]
-    proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = out / f"{name}.log"  # libFuzzer's progress lines and our findings, to follow a long run
+    with log.open("w") as stderr:
+        proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    lines = log.read_text(errors="replace").splitlines()
     if not summary_path.exists():  # libFuzzer stopped it: a crash, a timeout or running out of memory
-        tail = "\n".join(proc.stderr.splitlines()[-30:])
+        tail = "\n".join(lines[-30:])
         return {"target": name, "inputs": None, "exceptions": None, "error": f"exit {proc.returncode}\n{tail}"}
     summary = json.loads(summary_path.read_text())
-    status = [line for line in proc.stderr.splitlines() if " cov: " in line]
+    status = [line for line in lines if " cov: " in line]
     found = re.search(r"cov: (\d+) ft: (\d+) corp: (\d+)", status[-1]) if status else None
     if found:  # libFuzzer's edge and feature counts: a coverage-ish figure
         summary.update(cov=int(found[1]), ft=int(found[2]), corpus=int(found[3]))
