@@ -224,8 +224,14 @@ class GroupStack:
                 frames += self._begin_commit(output, now)
         return [f for f in frames if not (isinstance(f, CtlSend) and f.dst == self.me)]
 
-    def on_control(self, msg_type: MsgType, src: int, msg: Control, now: float) -> list:
+    def on_control(self, msg_type: MsgType, src: int, msg: Control, now: float,
+                   incarnation: int | None = None) -> list:
+        """``incarnation``: the sender's, from the datagram header. Noted for
+        every control message, so a beacon can be told apart from a restart
+        even when it is the first beacon heard from that member."""
         agreement = self.agreement
+        if incarnation is not None and msg_type is not MsgType.BEACON:
+            self._note_incarnation(src, incarnation)
         if msg_type is MsgType.PROPOSE:
             return self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now), now)
         if msg_type is MsgType.FLUSH:
@@ -238,18 +244,23 @@ class GroupStack:
             return self.on_agreement(self._on_beacon(src, msg, now), now)
         return []
 
+    def _note_incarnation(self, src: int, incarnation: int) -> None:
+        self.incarnations[src] = incarnation
+        if len(self.incarnations) > 2 * len(self.view.members) + 64:  # forget senders long gone
+            self.incarnations = {m: i for m, i in self.incarnations.items() if m in self.view or m == src}
+
     def _on_beacon(self, src: int, msg: Control, now: float) -> list[AgreementOut]:
         members = {m for m, _ in msg.lists[0]} if msg.lists else {src}
         if msg.b != ORDER_CODES.index(self.order) or src in self.rejected:
             return []
         known = self.incarnations.get(src)
-        self.incarnations[src] = msg.a
-        if len(self.incarnations) > 2 * len(self.view.members) + 64:  # forget senders long gone
-            self.incarnations = {m: i for m, i in self.incarnations.items() if m in self.view or m == src}
+        self._note_incarnation(src, msg.a)
         if src in self.view.members:
             if members & set(self.view.members) == {src} and len(self.view.members) > 1:
-                if known == msg.a and msg.epoch < self.joined_at.get(src, -1):
-                    return []  # its discovery beacon, overtaken by its join (another socket, another path)
+                if known in (None, msg.a) and msg.epoch < self.joined_at.get(src, -1):
+                    # its discovery beacon, overtaken by its join (another socket, another path);
+                    # a restart shows a new incarnation to the coordinator, which heard it flush
+                    return []
                 return self.agreement.member_failed(src, now)  # it restarted, or missed its exclusion
             if self.me not in members and msg.epoch > self.view.epoch and self.committing is None:
                 return self.agreement.left_out(src, msg.epoch)  # we missed the commit that excluded us

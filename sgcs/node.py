@@ -205,9 +205,8 @@ class Node:
         out: list[Action] = []
         self._flush(out, state)
         body = encode_leave(LeaveMsg(state.tag))
-        leave = self._sealer.seal(MsgType.LEAVE, Flag.NONE, body)
-        for _ in range(LEAVE_COPIES):  # no answer is awaited: copies make a loss unlikely
-            self._emit(out, Multicast(leave, MsgType.LEAVE, group))
+        for _ in range(LEAVE_COPIES):  # no answer is awaited: copies (each its own nonce) make a loss unlikely
+            self._emit(out, Multicast(self._sealer.seal(MsgType.LEAVE, Flag.NONE, body), MsgType.LEAVE, group))
         self._trace(out, "leave", group=group, view_id=state.view.view_id)
         del self._groups[group]
         del self._by_tag[state.tag]
@@ -496,7 +495,7 @@ class Node:
             return []  # our own coordinator's beacon: its member list is ours
         msg = decode_control_untrusted(body)
         out: list[Action] = []
-        self._route(out, state, state.on_control(header.msg_type, header.sender, msg, now))
+        self._route(out, state, state.on_control(header.msg_type, header.sender, msg, now, header.boot >> 32))
         self._drain(out, state, now)
         return out
 
