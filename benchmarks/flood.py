@@ -174,7 +174,7 @@ class FloodResult:
     peak_bytes: int
     retained_bytes: int
     drop_reasons: dict[str, int] = field(default_factory=dict)
-    """The node's drop reasons plus its group's cap drops (``GroupStack.drop_counts``)."""
+    """The node's drop reasons, its groups' cap drops included."""
     foreign: int = 0
     members: int = 0
 
@@ -228,12 +228,9 @@ def _feed(node: Node, datagrams: Iterator[bytes], step: float) -> float:
 
 
 def _result(scenario: str, count: int, spent: float, peak: int, retained: int, node: Node) -> FloodResult:
-    stats = node.statistics()
-    state = node._groups[GROUP]  # the group's cap counters; the node does not report them yet
-    drops = dict(stats.drop_reasons)
-    for reason, n in state.drop_counts().items():
-        drops[reason] = drops.get(reason, 0) + n
-    return FloodResult(scenario, count, spent, peak, retained, drops, stats.foreign, len(state.view.members))
+    stats = node.statistics()  # its drop reasons include the groups' cap drops
+    members = len(node.view(GROUP)[1])
+    return FloodResult(scenario, count, spent, peak, retained, dict(stats.drop_reasons), stats.foreign, members)
 
 
 def main(argv: list[str] | None = None) -> int:
