@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fuzz.targets import DECODERS, SEEDS, TAG, TARGETS, Reader, Sealer, make_harness, node_target, wire_decoder_names
 from sgcs.config import Order
-from sgcs.wire import HelloMsg, MsgType, encode_hello
+from sgcs.wire import Control, HelloMsg, MsgType, encode_control, encode_hello
 
 RUN = Path(__file__).parent / "fuzz" / "run.py"
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -83,3 +83,14 @@ def test_short_atheris_run(tmp_path: Path) -> None:
     assert summary["inputs"] == 10000, result.stderr[-2000:]
     assert summary["exceptions"] == 0, f"uncaught exceptions: {summary['findings']}; replay with " \
                                        f"{RUN} --replay FILE"
+
+
+def test_proposal_at_the_largest_attempt_cannot_break_a_take_over() -> None:
+    """Found by the fuzz: a PROPOSE with attempt 2**32 - 1 (the wire's largest)
+    was accepted; with no COMMIT the member took over at attempt 2**32, which
+    the 32-bit field cannot carry, and handle_timeout raised struct.error."""
+    h = make_harness(Reader(bytes([0x10])))  # node 2 of (1, 2, 3): the next coordinator if 1 fails
+    members = ((1, 0), (2, 0), (3, 0))
+    h.send(MsgType.PROPOSE, 0, 1, encode_control(Control(TAG, 2, 2**32 - 1, 1, 0, (members,))))
+    for step in range(1, 40):
+        h.node.handle_timeout(step * 0.25)  # no commit comes: node 2 takes over

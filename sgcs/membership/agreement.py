@@ -68,6 +68,9 @@ Entries = tuple[tuple[int, int], ...]
 REPEATS = 5
 """Repetitions of a proposal or commit per ``view_timeout`` to members that have not answered."""
 UNICAST_REPEATS = 16
+MAX_ATTEMPT = 2**32 - 2
+"""The largest attempt a proposal we accept may carry: outbidding it (attempt
++ 1) must still fit the wire's 32-bit field."""
 """At most this many silent members get a repetition each by unicast; more share one multicast."""
 
 
@@ -333,7 +336,7 @@ class ViewAgreement:
                    ) -> list[AgreementOut]:
         members = tuple(m for m, _ in msg.lists[0]) if msg.lists else ()
         proposal = _Proposal(msg.epoch, msg.attempt, src, members)
-        if self.me not in members or proposal.epoch <= self.view.epoch:
+        if self.me not in members or proposal.epoch <= self.view.epoch or proposal.attempt > MAX_ATTEMPT:
             return []
         if self.committing is not None and proposal.epoch <= self.committing.view.epoch:
             return []  # we install a view of that epoch: agreeing to another would make two
