@@ -62,6 +62,10 @@ Frame = tuple[MsgType, "int | None", Flag, bytes]
 _KIND_TYPES = {"data": MsgType.DATA, "retransmit": MsgType.RETRANSMIT, "gossip": MsgType.GOSSIP}
 
 
+MAX_EPOCH = 2**62
+"""Control messages of epochs from here on are ignored (found by fuzzing: a
+beacon at 2**63 - 1 made us propose 2**63, which no decoder accepts)."""
+
 MAX_REJECTED = 1_024
 """Members refused for joining with another order that we remember; past it
 the oldest is forgotten (it may be refused again when it next says hello)."""
@@ -230,6 +234,8 @@ class GroupStack:
         every control message, so a beacon can be told apart from a restart
         even when it is the first beacon heard from that member."""
         agreement = self.agreement
+        if msg.epoch >= MAX_EPOCH and src != self.me:
+            return []  # absurd: our next proposal (one above) must still fit the wire's 63 bits
         if incarnation is not None and msg_type is not MsgType.BEACON:
             self._note_incarnation(src, incarnation)
         if msg_type is MsgType.PROPOSE:

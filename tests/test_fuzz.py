@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fuzz.targets import DECODERS, SEEDS, TAG, TARGETS, Reader, Sealer, make_harness, node_target, wire_decoder_names
 from sgcs.config import Order
-from sgcs.wire import Control, HelloMsg, MsgType, encode_control, encode_hello
+from sgcs.wire import ORDER_CODES, Control, HelloMsg, MsgType, encode_control, encode_hello
 
 RUN = Path(__file__).parent / "fuzz" / "run.py"
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -94,3 +94,18 @@ def test_proposal_at_the_largest_attempt_cannot_break_a_take_over() -> None:
     h.send(MsgType.PROPOSE, 0, 1, encode_control(Control(TAG, 2, 2**32 - 1, 1, 0, (members,))))
     for step in range(1, 40):
         h.node.handle_timeout(step * 0.25)  # no commit comes: node 2 takes over
+
+
+def test_a_beacon_at_the_largest_epoch_cannot_make_an_undecodable_proposal() -> None:
+    """Found by the fuzz: a beacon at epoch 2**63 - 1 (the wire's largest) made
+    the coordinator propose epoch 2**63, which its own decoder refused, and
+    handle_timeout raised DecodeError. Epochs from 2**62 on are ignored."""
+    from sgcs.group import MAX_EPOCH
+
+    for epoch in (MAX_EPOCH, 2**63 - 1):
+        h = make_harness(Reader(bytes([0x10])))
+        order = ORDER_CODES.index(h.node.order_of("g"))
+        h.send(MsgType.BEACON, 0, 5, encode_control(Control(TAG, epoch, 0, 0, order, (((5, 0),),))))
+        for step in range(1, 20):
+            h.node.handle_timeout(step * 0.25)
+        assert 5 not in h.node.view("g")[1]
