@@ -44,7 +44,7 @@ from typing import Union
 import trio
 
 from . import actions
-from .actions import Deliver, GroupError, ViewInstalled
+from .actions import Delivery, GroupError, ViewInstalled
 from .config import Config, Order
 from .errors import UsageError
 from .io.trio_driver import AppEvent, DriverStatistics, TrioDriver, open_driver
@@ -65,26 +65,6 @@ class View:
 
     def __len__(self) -> int:
         return len(self.members)
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One application message, handed over in the group's delivery order."""
-
-    sender: int
-    """Member id of the original sender (this node's own id for its own messages)."""
-    seq: int
-    """The sender's sequence number; ``(group, sender, seq)`` names the message."""
-    payload: bytes
-    view_id: str
-    """The view in which the message was delivered."""
-    group: str
-    dest: int | None = None
-    """This node's id when the message was a unicast to it; None for a multicast."""
-
-    @property
-    def unicast(self) -> bool:
-        return self.dest is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +162,8 @@ yields to trio's scheduler (it always does when it has to wait)."""
 def _event_of(action: AppEvent) -> Event:
     """The public event for one action of a group's channel."""
     # Deliveries first: they are nearly all the traffic.
-    if isinstance(action, Deliver):
-        return Delivery(action.sender, action.seq, action.payload, action.view_id, action.group, action.dest)
+    if type(action) is Delivery:
+        return action  # the node's output is the public event
     if isinstance(action, ViewInstalled):
         return ViewChange(
             action.view_id, action.members, action.group, tuple(action.joined), tuple(action.left), tuple(action.failed)

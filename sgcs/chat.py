@@ -268,6 +268,7 @@ async def run(config: Config, group: str, order: str = "total", *, trace: str | 
         where = ", ".join(config.peers) if not config.use_multicast else \
             f"{config.multicast_group}:{config.multicast_port}"
         write(f"* {config.name} is member {node.id} of {group!r} ({order} order, {where}); /help for commands")
+        await member.show_event(await handle.receive())  # the first event is the initial view: shown before any input
         async with trio.lowlevel.FdStream(os.dup(stdin_fd)) as stdin, trio.open_nursery() as nursery:
             nursery.start_soon(member.show_events)
             await member.announce()

@@ -37,6 +37,8 @@ class Order(str, enum.Enum):
 
 MAX_UDP_PAYLOAD = 65_507
 MIN_DATAGRAM = 512
+MTU_SAFE_DATAGRAM = 1_400
+"""Fits a 1,500-byte Ethernet MTU with room for IP, UDP and a tunnel header."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,15 @@ class Config:
     peers: tuple[str, ...] = ()
     """``host:port`` of other nodes, for networks without IP multicast."""
     max_datagram: int = 1_400
-    """Datagram budget in bytes (header, body and MAC); up to 65,507 on loopback."""
+    """Bytes of a datagram that carries one record or a control message (header,
+    body and MAC). Application messages are cut into records that fit it alone,
+    and held buffers are counted in such records, so it also sets memory bounds."""
+    bundle_size: int = 65_000
+    """Bytes of a datagram that bundles several records (batching, as JGroups'
+    bundler). The default suits a LAN or loopback, where IP fragments a large
+    datagram and the cost per datagram dominates. On a network where
+    fragmentation hurts (loss, middleboxes), use the MTU-safe profile
+    ``Config.mtu_safe(...)``, which sets it to ``max_datagram``."""
     app_queue: int = 1_024
     """Events buffered per group for the application before the receive loop waits."""
 
@@ -94,7 +104,7 @@ class Config:
     """Unstable messages (all senders) at which application sends wait."""
     send_delay_min: float = 0.0
     """Seconds between two sends at an empty window."""
-    send_delay_scale: float = 0.001
+    send_delay_scale: float = 0.0
     """Send delay = send_delay_min + send_delay_scale * W / (window_max - W), seconds."""
     max_message: int = 16 * 1024 * 1024
     """Largest application message in bytes; larger ones are fragmented up to this."""
@@ -137,6 +147,13 @@ class Config:
         _validate(self)
 
     @classmethod
+    def mtu_safe(cls, **fields: Any) -> "Config":
+        """The MTU-safe profile: no datagram larger than ``max_datagram`` (1,400
+        bytes by default), so IP never fragments one on an Ethernet path."""
+        max_datagram = fields.get("max_datagram", MTU_SAFE_DATAGRAM)
+        return cls(**{"max_datagram": max_datagram, "bundle_size": max_datagram, **fields})
+
+    @classmethod
     def from_toml(cls, path: str | Path, **overrides: Any) -> "Config":
         """Load fields from a TOML file; keyword arguments override it."""
         try:
@@ -174,6 +191,7 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
     ("multicast_port", int, 1, 65_535),
     ("multicast_ttl", int, 0, 255),
     ("max_datagram", int, MIN_DATAGRAM, MAX_UDP_PAYLOAD),
+    ("bundle_size", int, MIN_DATAGRAM, MAX_UDP_PAYLOAD),
     ("app_queue", int, 1, 1_000_000),
     ("beacon_interval", (int, float), 0.01, 3_600.0),
     ("gossip_interval", (int, float), 0.001, 60.0),
@@ -206,6 +224,9 @@ def _validate(config: Config) -> None:
     for name in ("encrypt", "multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled", "optimistic"):
         if not isinstance(getattr(config, name), bool):
             raise UsageError(f"Config.{name} must be true or false, got {getattr(config, name)!r}")
+    if config.bundle_size < config.max_datagram:
+        raise UsageError(f"Config.bundle_size ({config.bundle_size}) must be at least Config.max_datagram "
+                         f"({config.max_datagram}); for no bundling beyond one datagram set both alike")
     if not isinstance(config.secret, bytes) or len(config.secret) < 8:
         raise UsageError("Config.secret must be at least 8 bytes, shared by every member of the group")
     if config.node_id is not None and not (

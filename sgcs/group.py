@@ -40,7 +40,7 @@ from .errors import UsageError
 from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
 from .membership.roster import roster_of
 from .ordering.total import OrderedMessage, OrderingLayer
-from .transport.framing import ack_budget, fragment_size, pack
+from .transport.framing import RESERVED_ACKS, fragment_size, pack
 from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
 from .transport.reliable import ReliableStream, TransportParams
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
@@ -70,7 +70,7 @@ MAX_REJECTED = 1_024
 """Members refused for joining with another order that we remember; past it
 the oldest is forgotten (it may be refused again when it next says hello)."""
 
-FIFO_ACKS = 4
+FIFO_ACKS = RESERVED_ACKS
 """ACK entries a record of a FIFO group carries. There they only reveal losses
 and holders (stability is gossiped), and every receiver decodes every one:
 10,000 receivers at scale. Ordered groups carry all (their causal past)."""
@@ -84,9 +84,9 @@ def build_params(config: Config) -> TransportParams:
         window_max=config.window_max, send_delay_min=config.send_delay_min,
         send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
         max_message=config.max_message,
-        max_acks=min(FIFO_ACKS, ack_budget(config.max_datagram)),
+        max_acks=FIFO_ACKS,
         nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
-        flush_delay=config.flush_delay, max_datagram=config.max_datagram,
+        flush_delay=config.flush_delay, max_datagram=config.max_datagram, bundle_size=config.bundle_size,
         reassembly_timeout=config.reassembly_timeout, max_members=config.max_members,
     )
 
@@ -399,7 +399,7 @@ class GroupStack:
             self.flush_at = now + self.params.flush_delay
 
     def outbox_full(self) -> bool:
-        return self._outbox_bytes >= self.params.max_datagram
+        return self._outbox_bytes >= self.params.bundle_size
 
     def take_outbox(self) -> list[Out]:
         records, self.outbox, self._outbox_bytes, self.flush_at = self.outbox, [], 0, None
@@ -582,7 +582,7 @@ class GroupStack:
     def _records(self, out: OutRecords) -> list[Frame]:
         msg_type = _KIND_TYPES[out.kind]
         return [(msg_type, out.dst, Flag.NONE, encode_records(self.tag, batch))
-                for batch in pack(out.records, self.params.max_datagram)]
+                for batch in pack(out.records, self.params.bundle_size)]
 
     def _nack(self, out: OutNack) -> list[Frame]:
         return [(MsgType.NACK, out.dst, Flag.NONE, encode_nack(self.tag, out.sender, out.ranges, out.pull))]
@@ -600,7 +600,7 @@ class GroupStack:
 
     def _unicast(self, out: UnicastSend) -> list[Frame]:
         return [(MsgType.DATA, out.dst, Flag.UNICAST, encode_unicast(out.dst, self.tag, batch))
-                for batch in pack(out.records, self.params.max_datagram, unicast=True)]
+                for batch in pack(out.records, self.params.bundle_size, unicast=True)]
 
     def _unicast_ack(self, out: UnicastAck) -> list[Frame]:
         return [(MsgType.UNICAST_ACK, out.dst, Flag.NONE, encode_entries(self.tag, ((out.dst, out.high),)))]

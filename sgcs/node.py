@@ -627,7 +627,7 @@ class Node:
                  view_id: str | None = None) -> None:
         self._counts["delivered"] += 1
         view_id = view_id or state.view.view_id
-        out.append(Deliver(state.name, message.sender, message.seq, message.payload, view_id, dest))
+        out.append(Deliver(message.sender, message.seq, message.payload, view_id, state.name, dest))
         if self.trace:
             self._trace(out, "deliver", group=state.name, sender=message.sender, seq=message.seq,
                         order=state.order.value, view_id=view_id, optimistic=False, size=len(message.payload),

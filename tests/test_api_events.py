@@ -25,7 +25,7 @@ WAIT = 10.0
 
 
 def test_deliver_becomes_delivery() -> None:
-    event = _event_of(actions.Deliver("g", 7, 3, b"hi", "v1", dest=9))
+    event = _event_of(actions.Deliver(7, 3, b"hi", "v1", "g", dest=9))
     assert event == sgcs.Delivery(7, 3, b"hi", "v1", "g", 9)
     assert isinstance(event, sgcs.Delivery) and event.unicast
 

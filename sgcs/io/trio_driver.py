@@ -130,6 +130,10 @@ RECEIVE_BATCH = 64
 spread the call's cost, few enough to keep the other tasks' turns short."""
 RECEIVE_ERROR_PAUSE = 0.01
 """Seconds to pause after a receive error, so a persistent one cannot spin the CPU."""
+SEND_YIELD_EVERY = 64
+"""Sends one task may make before it yields to the others: their records share
+datagrams meanwhile (up to ``Config.bundle_size``), and the receive loops
+still get a turn at least this often."""
 LEAVE_GRACE = 2.0
 """Seconds a group exit may wait for the node lock before leaving without it."""
 SEND_REFUSED_RETRIES = 3
@@ -187,6 +191,8 @@ class TrioDriver:
         self._receive_errors = 0
         self._discarded = 0
         self._unreachable = 0
+        self._sends_unyielded = 0
+        """Sends since the last one that yielded to the other tasks (``_send_now``)."""
         self._refused: list[Endpoint] = []
         """Refused destinations read from the error queue, not yet given to the node."""
 
@@ -245,11 +251,9 @@ class TrioDriver:
         actions = command(now)
         if self._timer_due > -math.inf:  # the timer sleeps; the call may have moved the deadline earlier
             deadline = self.node.next_deadline()
-            if deadline is not None and deadline <= now:
-                # Due already (a send's flush, say): run the timers here rather
-                # than wake the timer task for it; the node sees the same times.
-                actions = actions + self.node.handle_timeout(now)
-                deadline = self.node.next_deadline()
+            # Due already (a send's flush, say) is no exception: the timer task
+            # runs at the next scheduling point, after the sender yields, so the
+            # sends made meanwhile share the flush (natural batching).
             if deadline is not None and deadline < self._timer_due:
                 self._poke.set()
         if self._progress_wanted:  # the call may have freed the flow-control window
@@ -269,7 +273,7 @@ class TrioDriver:
             ready = self.node.send_ready_at(group, trio.current_time())
             if ready is not None and ready <= trio.current_time():
                 try:
-                    return await self._call(lambda now: self.node.multicast(group, payload, now))
+                    return await self._send_now(lambda now: self.node.multicast(group, payload, now))
                 except WouldBlock:
                     if not block:
                         raise
@@ -281,6 +285,26 @@ class TrioDriver:
                 await progress.wait()
             else:
                 await trio.sleep_until(ready)
+
+    async def _send_now(self, command: Callable[[float], list[Action]]) -> None:
+        """A send's node call. It yields to the other tasks only every
+        ``SEND_YIELD_EVERY`` sends (or when it must wait): the sends made in
+        between queue in the node's outbox, and the timer task flushes them
+        together once the sender yields (natural batching, as JGroups' bundler:
+        at low load a sender yields after every send, so nothing waits)."""
+        if self._lock.locked() or self._closed or self._sends_unyielded >= SEND_YIELD_EVERY:
+            self._sends_unyielded = 0
+            await self._call(command)
+            return
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._sends_unyielded += 1
+        wait = self._start_route(self._run(command))
+        if wait is not None:
+            self._lock.acquire_nowait()
+            try:
+                await wait
+            finally:
+                self._lock.release()
 
     async def open_group(
         self, name: str, order: Order | str, members: Iterable[int] | None

@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
@@ -53,8 +53,7 @@ reorder it; a member's null messages claiming a stream position that never
 comes cannot grow memory."""
 
 
-@dataclass(frozen=True, slots=True)
-class OrderedMessage:
+class OrderedMessage(NamedTuple):
     sender: int
     first: int
     """Sequence number of the message's first record: its id in traces."""

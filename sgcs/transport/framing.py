@@ -2,11 +2,15 @@
 
 Theory of operation
 -------------------
-Batching (issue: transport, point 6): records bound for the same destination
-share datagrams, filled in order up to the budget (``Config.max_datagram``
+Bundling, as JGroups' bundler does: records bound for the same destination
+share datagrams, filled in order up to the budget (``Config.bundle_size``
 minus the header, MAC and body framing). A record never spans datagrams;
 fragmentation happened earlier, when the message was cut into records no
-larger than ``fragment_size``. The sizes here follow ``sgcs.wire``'s layouts.
+larger than ``fragment_size``, which is what fits one ``Config.max_datagram``
+alone with the few ACKs a FIFO record carries. A record of an ordered group
+may carry more ACKs (its whole causal past) and then travels alone in a
+larger datagram: a 1 KB message is never cut in two to reserve ACK space.
+The sizes here follow ``sgcs.wire``'s layouts.
 """
 
 from __future__ import annotations
@@ -23,20 +27,21 @@ ACK_ENTRY_MAX = 20
 """Two varints of at most 10 bytes each."""
 
 
-def ack_budget(max_datagram: int) -> int:
-    """ACK entries one record may carry: a quarter of the datagram at most."""
-    return max(4, (max_datagram // 4 - 3) // ACK_ENTRY_MAX)
+RESERVED_ACKS = 4
+"""ACK entries reserved in a record's size budget: what a FIFO record carries."""
 
 
 def fragment_size(max_datagram: int) -> int:
-    """Payload bytes per record so that any record fits one datagram alone."""
-    reserve = 3 + ack_budget(max_datagram) * ACK_ENTRY_MAX
+    """Payload bytes per record so that a record with ``RESERVED_ACKS`` ACKs
+    fits one datagram alone."""
+    reserve = 3 + RESERVED_ACKS * ACK_ENTRY_MAX
     return max_datagram - OVERHEAD - RECORDS_HEADER - UNICAST_HEADER - RECORD_HEADER - reserve
 
 
-def pack(records: tuple[Record, ...] | list[Record], max_datagram: int, unicast: bool = False) -> list[list[Record]]:
-    """Split ``records`` into batches that each fit one datagram, in order."""
-    budget = max_datagram - OVERHEAD - RECORDS_HEADER - (UNICAST_HEADER if unicast else 0)
+def pack(records: tuple[Record, ...] | list[Record], bundle_size: int, unicast: bool = False) -> list[list[Record]]:
+    """Split ``records`` into batches that each fit one datagram of
+    ``bundle_size`` bytes, in order (a record larger than that goes alone)."""
+    budget = bundle_size - OVERHEAD - RECORDS_HEADER - (UNICAST_HEADER if unicast else 0)
     batches: list[list[Record]] = []
     current: list[Record] = []
     used = 0

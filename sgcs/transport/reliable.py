@@ -110,6 +110,8 @@ class TransportParams:
     gossip_enabled: bool = True
     flush_delay: float = 0.0
     max_datagram: int = 1_400
+    bundle_size: int = 65_000
+    """Bytes of a datagram that bundles records (``Config.bundle_size``)."""
     reassembly_timeout: float = 60.0
     """Seconds a partially received message may wait for its other fragments."""
     max_members: int = 4_096
