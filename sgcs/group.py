@@ -472,12 +472,12 @@ class GroupStack:
     def _order(self, messages: list[Message]) -> list[Message]:
         if self.ordering is None:
             return messages
-        out: list[Message] = []
+        if not messages:
+            return []
+        add = self.ordering.add
         for message in messages:
-            ordered = OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks,
-                                     message.payload)
-            out += map(_message, self.ordering.on_message(ordered))
-        return out
+            add(OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks, message))
+        return [_message(m) for m in self.ordering.deliverable()]
 
     def take_released(self) -> list[Message]:
         released, self.released = self.released, []
@@ -607,7 +607,10 @@ class GroupStack:
 
 
 def _message(m: OrderedMessage) -> Message:
-    return Message(m.sender, m.first, m.acks, m.payload, m.last)
+    """The group's message that ``m`` carries (``_order`` attached it)."""
+    message = m.payload
+    assert isinstance(message, Message)
+    return message
 
 
 _FRAMERS = {

@@ -78,6 +78,14 @@ lags its own by a little, so only a member that ignores flow control (or a
 flood under its id) reaches the cap. Out-of-order records stay below
 ``window_max`` of it, so the rest can always become stable: no deadlock."""
 
+ACK_MATRIX_MAX = 64
+"""Views of at most this many members also compute stability directly from the
+ACKs every record and digest carries (an N x N table): under load that makes a
+message stable about one message interval after its last holder got it, not
+after ceil(log2 N) gossip rounds, so the flow window (the same number of
+unstable messages) admits a far higher rate. Larger views rely on the gossiped
+all-reduce alone, whose state is O(senders)."""
+
 MISSING_SCAN = 65_536
 """Sequence numbers examined past the contiguous prefix when listing gaps, so a
 member that ACKs an absurd number cannot make us loop."""
@@ -207,6 +215,10 @@ class ReliableStream:
         2**k members that end 2**k positions before us (the latest value heard)."""
         self._others_floor: dict[int, int] = {}
         """Per sender, the minimum over all levels: what the others are known to hold."""
+        self._acked: dict[int, dict[int, int]] | None = None
+        """Small views (``ACK_MATRIX_MAX``): per member, per sender, the highest
+        number that member ACKed (or, for its own stream, sent). The paper's
+        direct stability: stable once every member ACKed. None in larger views."""
         self._linger: dict[int, int] = {}  # sender -> last round it stays in our digests
         self._holders: dict[int, tuple[int, int]] = {}
         """Per sender, the member last known to hold most of its stream, and how
@@ -232,6 +244,7 @@ class ReliableStream:
         n = len(self.members)
         self._levels = [{} for _ in range(math.ceil(math.log2(n)) if n > 1 else 0)]
         self._others_floor = {}
+        self._acked = {} if n <= ACK_MATRIX_MAX else None
         self._position = self._index[self.me]
         self._gc_due = True
         for sender in [s for s in {*self._store, *self._inbound} if s not in self._index]:
@@ -338,6 +351,8 @@ class ReliableStream:
         if kind != "data":
             self._counts["by_gossip" if kind == "gossip" else "by_nack"] += 1
         inbound.known_high = max(inbound.known_high, record.seq)
+        if self._acked is not None:
+            self._note_ack(record.sender, record.sender, record.seq)  # a sender holds its own stream
         for sender, high in record.acks:
             self._learn_ack(record.sender, sender, high, now)
         if record.acks and not self.params.ack_nulls:
@@ -400,6 +415,8 @@ class ReliableStream:
     def _learn_ack(self, member: int, sender: int, high: int, now: float) -> None:
         if sender not in self._index or member not in self._index:
             return
+        if self._acked is not None:
+            self._note_ack(member, sender, high)
         if member != sender and member != self.me and sender != self.me:
             self._hint_holder(sender, member, high)
         if sender != self.me:
@@ -642,8 +659,26 @@ class ReliableStream:
     def _floor(self, sender: int) -> int:
         """The highest number every member of the view is known to hold."""
         own = self._contig_of(sender)
-        others = self._others_floor.get(sender, 0) if self._levels else own
+        if not self._levels:
+            return own
+        others = self._others_floor.get(sender, 0)
+        if self._acked is not None:
+            acked, empty = self._acked, {}
+            direct = min(acked.get(m, empty).get(sender, 0) for m in self.members if m != self.me)
+            others = max(others, direct)  # both are lower bounds of what the others hold
         return min(own, others)
+
+    def _note_ack(self, member: int, sender: int, high: int) -> None:
+        """``member`` holds ``sender``'s stream up to ``high`` (ACK matrix)."""
+        assert self._acked is not None
+        if member == self.me:
+            return
+        row = self._acked.get(member)
+        if row is None:
+            row = self._acked[member] = {}
+        if high > row.get(sender, 0):
+            row[sender] = high
+            self._gc_senders.add(sender)
 
     def _buffer(self, record: Record) -> None:
         if record.seq > self._stable.get(record.sender, 0):
