@@ -117,6 +117,33 @@ class _Bridge:
         self._wake(room)
         return event
 
+    async def put_many(self, events: list[Event]) -> None:
+        """Trio side: append ``events`` in order, waiting while the buffer is full."""
+        start = 0
+        while start < len(events):
+            with self._condition:
+                if self._ended:
+                    return
+                room_left = self._capacity - len(self._events)
+                if room_left > 0:
+                    taken = events[start : start + room_left]
+                    self._events.extend(taken)
+                    start += len(taken)
+                    self._condition.notify_all()
+                    continue
+                room = self._room = trio.Event()
+            await room.wait()
+
+    def get_many(self, max_events: int, timeout: float | None) -> list[Event]:
+        """Thread side: the next events, at least one, at most ``max_events``."""
+        events = [self.get(timeout)]
+        with self._condition:
+            while self._events and len(events) < max_events:
+                events.append(self._events.popleft())
+            room, self._room = self._room, None
+        self._wake(room)
+        return events
+
     def end(self, error: BaseException | None = None, *, discard: bool = True) -> None:
         """Any thread: end the stream (once); ``error`` replaces GroupClosed."""
         with self._condition:
@@ -193,8 +220,12 @@ class BlockingNode:
                 self._bridges.add(bridge)
             task_status.started(BlockingGroup(self, handle, bridge))
             try:
-                async for event in handle:  # ends when leave() closes the handle's channel
-                    await bridge.put(event)
+                while True:  # ends when leave() closes the handle's channel
+                    try:
+                        events = await handle.receive_many()
+                    except trio.EndOfChannel:
+                        break
+                    await bridge.put_many(events)
             except UsageError as exc:  # the group refused us: the reader's to see
                 bridge.end(exc, discard=False)
 
@@ -335,6 +366,18 @@ class BlockingGroup:
         Blocks the calling thread under flow control, as ``GroupHandle.send``
         waits; ``block=False`` raises ``sgcs.WouldBlock`` instead."""
         self._node._call(partial(self._group.send, payload, to=to, block=block))
+
+    def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> None:
+        """Multicast each payload in order: one round trip to the node's thread
+        for the whole batch, where ``send`` pays one per message."""
+        self._node._call(partial(self._group.send_many, list(payloads), block=block))
+
+    def receive_many(self, max_events: int = 1_024, timeout: float | None = None) -> list[Event]:
+        """The next events, at least one and at most ``max_events``: waits up to
+        ``timeout`` for the first, then takes those already buffered."""
+        if max_events < 1:
+            raise UsageError(f"max_events must be at least 1, got {max_events}")
+        return self._bridge.get_many(max_events, timeout)
 
     def receive(self, timeout: float | None = None) -> Event:
         """The next event, waiting up to ``timeout`` seconds (None: no limit).
