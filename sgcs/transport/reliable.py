@@ -324,47 +324,67 @@ class ReliableStream:
     # ------------------------------------------------------------------ receiving
 
     def on_records(self, src: int, records: tuple[Record, ...], kind: str, now: float) -> list[Message]:
-        """Accept records from ``src``; return messages now deliverable in FIFO order."""
+        """Accept records from ``src``; return messages now deliverable in FIFO order.
+        The bookkeeping per sender (ACKs to piggyback, NACK timer, stability)
+        runs once per datagram, not once per record: a bundle holds dozens."""
         delivered: list[Message] = []
+        touched: dict[int, _Inbound] = {}
+        index, me = self._index, self.me
         for record in records:
-            if record.sender == self.me or record.sender not in self._index:
+            sender = record.sender
+            if sender == me or sender not in index:
                 continue
-            self._accept(record, kind, delivered, now)
+            inbound = self._accept(record, kind, delivered, now)
+            if inbound is not None:
+                touched[sender] = inbound
+        for sender, inbound in touched.items():
+            self._settle(sender, inbound, now)
         return delivered
 
-    def _accept(self, record: Record, kind: str, delivered: list[Message], now: float) -> None:
-        inbound = self._inbound_of(record.sender)
+    def _accept(self, record: Record, kind: str, delivered: list[Message], now: float) -> _Inbound | None:
+        """Take one record; returns its stream's state if it was new."""
+        sender, seq = record.sender, record.seq
+        inbound = self._inbound_of(sender)
         if not inbound.synced:
             inbound.synced = True
-            inbound.contig = inbound.known_high = record.seq - 1
-        if record.seq <= inbound.contig or record.seq in inbound.pending:
+            inbound.contig = inbound.known_high = seq - 1
+        contig = inbound.contig
+        if seq <= contig or seq in inbound.pending:
             self._counts["duplicates"] += 1
-            return
-        if record.seq > inbound.contig + self.params.window_max:
+            return None
+        if seq > contig + self.params.window_max:
             self._counts["beyond_window"] += 1  # bounded memory: the sender must wait for stability
-            return
-        stored = self._store.get(record.sender)
+            return None
+        stored = self._store.get(sender)
         if stored is not None and len(stored) >= SENDER_BUFFER_FACTOR * self.params.window_max:
             self._counts["sender_buffer_full"] += 1  # as if lost: NACKs fetch it once stability frees room
-            return
+            return None
         self._counts["received"] += 1
         if kind != "data":
             self._counts["by_gossip" if kind == "gossip" else "by_nack"] += 1
-        inbound.known_high = max(inbound.known_high, record.seq)
-        if self._acked is not None:
-            self._note_ack(record.sender, record.sender, record.seq)  # a sender holds its own stream
-        for sender, high in record.acks:
-            self._learn_ack(record.sender, sender, high, now)
-        if record.acks and not self.params.ack_nulls:
-            # a FIFO group's piggybacked ACKs are hints, read now: do not buffer them
-            record = Record(record.sender, record.seq, (), record.flags, record.payload)
-        inbound.pending[record.seq] = record
+        if seq > inbound.known_high:
+            inbound.known_high = seq
+        if record.acks:
+            for acked, high in record.acks:
+                self._learn_ack(sender, acked, high, now)
+            if self._acked is None and not self.params.ack_nulls:
+                # a large FIFO group's piggybacked ACKs are hints, read now: buffering
+                # them at every member costs memory at scale (small views keep them)
+                record = Record(sender, seq, (), record.flags, record.payload)
+        flags = record.flags
+        if seq == contig + 1 and not inbound.pending and inbound.reassembly is None and not flags & MORE_FRAGMENTS:
+            # the common case, in order and whole: deliver without the pending table
+            inbound.contig = seq
+            self._buffer(record)
+            delivered.append(Message(sender, seq, record.acks, record.payload, 0, bool(flags & OPTIMISTIC),
+                                     flags >> EPOCH_SHIFT))
+            return inbound
+        inbound.pending[seq] = record
         self._buffer(record)
-        self._advance(record.sender, inbound, delivered, now)
+        self._advance(sender, inbound, delivered, now)
+        return inbound
 
     def _advance(self, sender: int, inbound: _Inbound, delivered: list[Message], now: float) -> None:
-        if self._others_floor.get(sender, 0) > inbound.contig:
-            self._gc_senders.add(sender)  # our own prefix bounds the stable prefix: it may rise now
         while inbound.contig + 1 in inbound.pending:
             inbound.contig += 1
             record = inbound.pending.pop(inbound.contig)
@@ -372,6 +392,13 @@ class ReliableStream:
                 self._fragment(sender, inbound, record, delivered, now)
             else:
                 delivered.append(_reassemble((record,)))
+
+    def _settle(self, sender: int, inbound: _Inbound, now: float) -> None:
+        """After a datagram's records of ``sender``: our ACK for it, its NACK
+        timer, and its stable prefix (our own prefix bounds it: it may rise)."""
+        self._gc_senders.add(sender)
+        if self._acked is not None:
+            self._note_ack(sender, sender, inbound.known_high)  # a sender holds its own stream
         self._dirty.pop(sender, None)  # re-insert: the dict's order is freshness
         self._dirty[sender] = inbound.contig
         if len(self._dirty) > 4 * self.params.max_acks:
