@@ -47,6 +47,7 @@ from . import actions
 from .actions import Delivery, GroupError, ViewInstalled
 from .config import Config, Order
 from .errors import UsageError
+from .io.event_queue import EventQueue
 from .io.trio_driver import AppEvent, DriverStatistics, TrioDriver, open_driver
 from .node import NodeStatistics
 
@@ -191,7 +192,7 @@ class GroupHandle:
     closes.
     """
 
-    def __init__(self, driver: TrioDriver, name: str, receive: trio.MemoryReceiveChannel[AppEvent]) -> None:
+    def __init__(self, driver: TrioDriver, name: str, receive: EventQueue[AppEvent]) -> None:
         self._driver = driver
         self._name = name
         self._receive = receive
@@ -243,14 +244,14 @@ class GroupHandle:
             if self._unyielded < RECEIVE_YIELD_EVERY:
                 await trio.lowlevel.checkpoint_if_cancelled()
                 try:
-                    action = self._receive.receive_nowait()
+                    action = self._receive.get_nowait()
                 except trio.WouldBlock:
                     pass
                 else:
                     self._unyielded += 1
                     return _event_of(action)
             self._unyielded = 0
-            return _event_of(await self._receive.receive())
+            return _event_of(await self._receive.get())
         except trio.ClosedResourceError:
             raise trio.EndOfChannel from None
 
@@ -263,13 +264,9 @@ class GroupHandle:
             raise UsageError(f"max_events must be at least 1, got {max_events}")
         events = [await self.receive()]
         limit = RECEIVE_MANY_MAX if max_events is None else max_events
-        receive_nowait = self._receive.receive_nowait
-        while len(events) < limit:
-            try:
-                action = receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break  # the end of stream, if that is what came, is raised by the next call
-            events.append(action if type(action) is Delivery else _event_of(action))
+        if len(events) < limit and len(self._receive):
+            for action in self._receive.get_many_nowait(limit - len(events)):
+                events.append(action if type(action) is Delivery else _event_of(action))
         return events
 
     async def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> None:
@@ -299,7 +296,7 @@ class GroupHandle:
         self._refresh_view()  # keep the last view readable after leaving
         self._left = True
         await self._driver.close_group(self._name, self._receive)
-        self._receive.close()
+        self._receive.close_reader()
 
     def __repr__(self) -> str:
         state = "left" if self._left else f"{len(self.view)} members"

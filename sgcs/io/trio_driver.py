@@ -113,6 +113,7 @@ from ..actions import (
 from ..config import Config, Order
 from ..errors import UsageError, WouldBlock
 from ..node import Node
+from .event_queue import EventQueue
 from .recorder import FLUSH_EVERY, TraceRecorder
 from .sockets import Endpoint, NodeSockets, open_sockets, read_refusals
 
@@ -164,8 +165,7 @@ class DriverStatistics:
 
 @dataclass(slots=True)
 class _GroupQueue:
-    send: trio.MemorySendChannel[AppEvent]
-    receive: trio.MemoryReceiveChannel[AppEvent]
+    events: EventQueue[AppEvent]
     leaving: bool = False
 
 
@@ -249,7 +249,10 @@ class TrioDriver:
     def _run(self, command: Callable[[float], list[Action]]) -> list[Action]:
         now = trio.current_time()
         actions = command(now)
-        if self._timer_due > -math.inf:  # the timer sleeps; the call may have moved the deadline earlier
+        if self._timer_due > -math.inf and not self._poke.is_set():
+            # The timer sleeps and is not yet poked: the call may have moved the
+            # deadline earlier. (Once poked it wakes and reads the deadline itself,
+            # so the sends of one batch ask the node only once.)
             deadline = self.node.next_deadline()
             # Due already (a send's flush, say) is no exception: the timer task
             # runs at the next scheduling point, after the sender yields, so the
@@ -308,37 +311,37 @@ class TrioDriver:
 
     async def open_group(
         self, name: str, order: Order | str, members: Iterable[int] | None
-    ) -> trio.MemoryReceiveChannel[AppEvent]:
+    ) -> EventQueue[AppEvent]:
         """Join ``name``; the returned channel carries its events, the first
         being the initial view."""
-        send, receive = trio.open_memory_channel[AppEvent](self.config.app_queue)
+        events: EventQueue[AppEvent] = EventQueue(self.config.app_queue)
         member_list = None if members is None else list(members)
 
         def join(now: float) -> list[Action]:
             actions = self.node.join(name, now, order=order, members=member_list)
-            self._queues[name] = _GroupQueue(send, receive)  # before routing: the view goes here
+            self._queues[name] = _GroupQueue(events)  # before routing: the view goes here
             return actions
 
         try:
             await self.call(join)
         except BaseException:
-            if name in self._queues and self._queues[name].receive is receive:
-                await self.close_group(name, receive)  # joined, but the caller gets no handle
-            send.close()
-            receive.close()
+            if name in self._queues and self._queues[name].events is events:
+                await self.close_group(name, events)  # joined, but the caller gets no handle
+            events.close()
+            events.close_reader()
             raise
-        return receive
+        return events
 
-    async def close_group(self, name: str, receive: trio.MemoryReceiveChannel[AppEvent]) -> None:
-        """Leave ``name`` and close its channel; safe to call twice or after shutdown."""
+    async def close_group(self, name: str, events: EventQueue[AppEvent]) -> None:
+        """Leave ``name`` and close its queue; safe to call twice or after shutdown."""
         queue = self._queues.get(name)
-        if queue is None or queue.receive is not receive:
+        if queue is None or queue.events is not events:
             return
         queue.leaving = True
-        self._discarded += _drain(queue.receive)  # the reader is gone; free a router waiting for room
+        self._discarded += events.discard()  # the reader is gone; free a router waiting for room
         if not self._closed and name in self.node.groups:
             await self._leave(name)
-        queue.send.close()
+        events.close()
         del self._queues[name]
 
     async def _leave(self, name: str) -> None:
@@ -366,7 +369,7 @@ class TrioDriver:
         """Refuse new calls and end every group's event stream."""
         self._closed = True
         for queue in self._queues.values():
-            queue.send.close()
+            queue.events.close()
 
     async def _receive_loop(self, sock: socket.socket) -> None:
         """``sock`` is non-blocking: drain what it holds, wait only when empty."""
@@ -548,16 +551,15 @@ class TrioDriver:
             self._discarded += 1
             return None
         try:
-            queue.send.send_nowait(action)
-        except trio.WouldBlock:
-            return self._to_app_waiting(queue, action)  # full: backpressure
+            if not queue.events.put_nowait(action):
+                return self._to_app_waiting(queue, action)  # full: backpressure
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._discarded += 1
         return None
 
     async def _to_app_waiting(self, queue: _GroupQueue, action: AppEvent) -> None:
         try:
-            await queue.send.send(action)
+            await queue.events.put(action)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._discarded += 1
 
@@ -611,17 +613,6 @@ def _read_batch(sock: socket.socket) -> tuple[list[tuple[Any, bytes]], _Outcome]
     except OSError:
         return batch, _Outcome.FAILED
     return batch, _Outcome.FULL
-
-
-def _drain(receive: trio.MemoryReceiveChannel[AppEvent]) -> int:
-    """Empty a channel without waiting; returns how many events it held."""
-    drained = 0
-    while True:
-        try:
-            receive.receive_nowait()
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-            return drained
-        drained += 1
 
 
 def _incarnation() -> dict[str, int]:

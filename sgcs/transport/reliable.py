@@ -86,6 +86,9 @@ after ceil(log2 N) gossip rounds, so the flow window (the same number of
 unstable messages) admits a far higher rate. Larger views rely on the gossiped
 all-reduce alone, whose state is O(senders)."""
 
+_NO_ACKS: dict[int, int] = {}
+"""The ACK matrix row of a member not heard from yet (read only)."""
+
 MISSING_SCAN = 65_536
 """Sequence numbers examined past the contiguous prefix when listing gaps, so a
 member that ACKs an absurd number cannot make us loop."""
@@ -690,7 +693,7 @@ class ReliableStream:
             return own
         others = self._others_floor.get(sender, 0)
         if self._acked is not None:
-            acked, empty = self._acked, {}
+            acked, empty = self._acked, _NO_ACKS
             direct = min(acked.get(m, empty).get(sender, 0) for m in self.members if m != self.me)
             others = max(others, direct)  # both are lower bounds of what the others hold
         return min(own, others)
