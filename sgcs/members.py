@@ -2,11 +2,15 @@
 
 Theory of operation
 -------------------
-Both commands start one OS process per member (``python -m MODULE SPEC``,
+Both commands start one OS process per member (``python -P -m MODULE SPEC``,
 SPEC a JSON object) on 127.0.0.1, with a multicast group and port of the run's
 own (``private_network``: a free UDP port and a random 239.255.x.y), so
 concurrent runs do not hear each other. The group secret goes to the members
 in their environment (``SECRET_ENV``, hex), never on the command line.
+``-P`` (Python 3.11) keeps the caller's working directory off the members'
+``sys.path``: a stray ``trio.py`` or ``attrs.py`` there would otherwise
+replace the real library in every member (``python -m`` puts the working
+directory first). The members keep the parent's environment and site-packages.
 
 Parent side: ``spawn`` starts a member with a pipe on stdin and stdout and
 its stderr in a temporary file; one daemon thread per member turns its stdout
@@ -88,11 +92,15 @@ class Child:
 def spawn(
     module: str, index: int, spec_json: str, secret: bytes, lines: Lines
 ) -> tuple[subprocess.Popen[str], IO[str]]:
-    """Start ``python -m module spec_json``; its JSON lines go to ``lines``."""
+    """Start ``python -P -m module spec_json``; its JSON lines go to ``lines``.
+
+    ``-P``: the working directory is not put on the child's ``sys.path``, so
+    modules lying there cannot shadow sgcs's dependencies.
+    """
     stderr = tempfile.TemporaryFile(mode="w+", prefix="sgcs-member-")
     env = {**os.environ, SECRET_ENV: secret.hex()}
     process = subprocess.Popen(
-        [sys.executable, "-m", module, spec_json],
+        [sys.executable, "-P", "-m", module, spec_json],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True, bufsize=1,
     )
     threading.Thread(target=_read_lines, args=(index, process.stdout, lines), daemon=True).start()
