@@ -174,6 +174,8 @@ class GroupStack:
         self.joining = False
         """We announced our join and no member with our order has answered yet."""
         self._promise_requested = False
+        self._order_due = False
+        """Own messages went into the order since it was last asked what is deliverable."""
         late = () if from_start else tuple(m for m in self.view.members if m != me)
         self.stream = ReliableStream(me, self.view.members, params, rng, now, first_seq)
         if late:
@@ -403,6 +405,13 @@ class GroupStack:
 
     def take_outbox(self) -> list[Out]:
         records, self.outbox, self._outbox_bytes, self.flush_at = self.outbox, [], 0, None
+        if self._order_due and self.ordering is not None:
+            self._order_due = False
+            ordered = [_message(m) for m in self.ordering.deliverable()]
+            if self.happenings:  # after the view events already recorded
+                self.happenings += [("deliver", (m, self.view.view_id)) for m in ordered]
+            else:
+                self.released += ordered
         return [OutRecords(None, tuple(records), "data")] if records else []
 
     # ------------------------------------------------------------------ receiving
@@ -415,7 +424,18 @@ class GroupStack:
         acks = records[0].acks if records else ()
         proposal = self.agreement.optimistic_view() if self.limits is not None else None
         tag = proposal.epoch % 64 if proposal is not None else 0
-        return self.accept([Message(self.me, seq, acks, payload, self.own_last, proposal is not None, tag)])
+        message = Message(self.me, seq, acks, payload, self.own_last, proposal is not None, tag)
+        if self.ordering is None:
+            return self.accept([message])
+        # Ordered groups: into the order now, but what became deliverable is
+        # asked at the flush (``take_outbox``), once per batch of sends: a
+        # message of ours waits for the others' promises anyway.
+        passed = self._pass_gate([message]) if self.limits is not None or self.held_senders or message.optimistic \
+            else [message]
+        for own in passed:
+            self.ordering.add(OrderedMessage(own.sender, own.seq, own.last or own.seq, own.acks, own))
+        self._order_due = True
+        return []
 
     def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
         """Messages from the transport, in FIFO order per sender; returns those
@@ -477,6 +497,7 @@ class GroupStack:
         add = self.ordering.add
         for message in messages:
             add(OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks, message))
+        self._order_due = False
         return [_message(m) for m in self.ordering.deliverable()]
 
     def take_released(self) -> list[Message]:
@@ -514,6 +535,7 @@ class GroupStack:
             self.stream.on_acks(src, entries, now)
             if self.ordering is not None and src in self.view:
                 self.ordering.on_acks(src, entries)
+                self._order_due = False
                 self._release([_message(m) for m in self.ordering.deliverable()])
                 self._watch_blocker(now)
         # STABLE (a stability announcement of earlier versions) is ignored:

@@ -203,7 +203,7 @@ class Node:
         """Leave ``group`` gracefully: tell the others so nobody waits to suspect us."""
         state = self._group(group)
         out: list[Action] = []
-        self._flush(out, state)
+        self._flush(out, state, now)
         body = encode_leave(LeaveMsg(state.tag))
         for _ in range(LEAVE_COPIES):  # no answer is awaited: copies (each its own nonce) make a loss unlikely
             self._emit(out, Multicast(self._sealer.seal(MsgType.LEAVE, Flag.NONE, body), MsgType.LEAVE, group))
@@ -242,7 +242,7 @@ class Node:
             self._deliver(out, state, message, None)
         self._drain(out, state, now)
         if state.outbox_full():
-            self._flush(out, state)
+            self._flush(out, state, now)
         return out
 
     def unicast(self, group: str, member: int, payload: bytes, now: float) -> list[Action]:
@@ -292,7 +292,7 @@ class Node:
         self._on_detector(out, self.detector.on_timeout(now), now)
         for state in list(self._groups.values()):
             if state.flush_at is not None and state.flush_at <= now:
-                self._flush(out, state)
+                self._flush(out, state, now)
             if state.next_beacon is not None and state.next_beacon <= now:
                 state.next_beacon = now + self.config.beacon_interval
                 if state.agreement.coordinator() == self.id:
@@ -637,8 +637,10 @@ class Node:
                         order=state.order.value, view_id=view_id, optimistic=False, size=len(message.payload),
                         dest=dest)
 
-    def _flush(self, out: list[Action], state: GroupStack) -> None:
+    def _flush(self, out: list[Action], state: GroupStack, now: float) -> None:
         self._route(out, state, state.take_outbox())
+        if state.released or state.happenings:  # own messages of an ordered group, ordered at the flush
+            self._drain(out, state, now)
 
     def _route(self, out: list[Action], state: GroupStack, outputs: list) -> None:
         """Frame transport outputs as datagrams: multicast, or to a member's address."""
