@@ -325,23 +325,34 @@ class OrderingLayer:
         return stream.stamps[i - 1] if i else stream.base
 
     def _advance_promises(self, member: int, stream: _Stream) -> bool:
-        progress = False
-        while stream.promises:
-            position, acks = stream.promises[0]
+        """Use the member's promises that became usable, in order; the sorted
+        clocks are updated once at the end, not once per promise."""
+        promises, clock_of = stream.promises, self._clock_of
+        best = stream.clock
+        while promises:
+            position, acks = promises[0]
             if stream.received < position:
-                return progress
-            clocks = [self._clock_of(sender, high) for sender, high in acks]
-            if any(c is None for c in clocks):
-                return progress
-            stream.promises.popleft()
-            clock = max([c for c in clocks if c is not None], default=0)
-            if clock > stream.clock:
-                if member != self.me:
-                    self._clocks.discard((stream.clock, member))
-                    self._clocks.add((clock, member))
-                stream.clock = clock
-                progress = True
-        return progress
+                break
+            clock = 0
+            for sender, high in acks:
+                known = clock_of(sender, high)
+                if known is None:
+                    clock = -1
+                    break
+                if known > clock:
+                    clock = known
+            if clock < 0:
+                break  # a timestamp it refers to is not known yet
+            promises.popleft()
+            if clock > best:
+                best = clock
+        if best == stream.clock:
+            return False
+        if member != self.me:
+            self._clocks.discard((stream.clock, member))
+            self._clocks.add((best, member))
+        stream.clock = best
+        return True
 
     def start_at(self, member: int, seq: int) -> None:
         """A new view begins ``member``'s stream after record ``seq`` (the cut)."""
