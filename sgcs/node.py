@@ -448,10 +448,6 @@ class Node:
             self._route(out, state, state.on_agreement(state.agreement.merge_with({header.sender: 0}, header.sender,
                                                                                   now), now))
             self._drain(out, state, now)
-            if header.sender < state.agreement.coordinator() == self.id:
-                # a lower joiner proposes the union itself, once it hears our beacon:
-                # beacon now rather than up to beacon_interval later (start-up speed)
-                state.next_beacon = now
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
             self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
