@@ -403,11 +403,12 @@ class GroupStack:
     def outbox_full(self) -> bool:
         return self._outbox_bytes >= self.params.bundle_size
 
-    def take_outbox(self) -> list[Out]:
+    def take_outbox(self, now: float) -> list[Out]:
         records, self.outbox, self._outbox_bytes, self.flush_at = self.outbox, [], 0, None
         if self._order_due and self.ordering is not None:
             self._order_due = False
             ordered = [_message(m) for m in self.ordering.deliverable()]
+            self._watch_blocker(now)  # our message may wait on a promise that was lost
             if self.happenings:  # after the view events already recorded
                 self.happenings += [("deliver", (m, self.view.view_id)) for m in ordered]
             else:

@@ -634,7 +634,7 @@ class Node:
                         dest=dest)
 
     def _flush(self, out: list[Action], state: GroupStack, now: float) -> None:
-        self._route(out, state, state.take_outbox())
+        self._route(out, state, state.take_outbox(now))
         if state.released or state.happenings:  # own messages of an ordered group, ordered at the flush
             self._drain(out, state, now)
 

@@ -202,8 +202,10 @@ class ReliableStream:
         self._round = 0
         self._counts = dict.fromkeys(
             ("sent", "received", "duplicates", "beyond_window", "nacks", "retransmissions", "pushes", "by_nack",
-             "by_gossip", "peak", "nulls", "sender_buffer_full"), 0
+             "by_gossip", "nulls", "sender_buffer_full"), 0
         )
+        self._peak = 0
+        """The most records held at once (``peak_buffered``)."""
         self._drops: dict[str, int] = {}  # reassembly drops, by reason
         self._reassembling: dict[int, _Inbound] = {}  # senders with a partial message (a timer each)
         self._gc_due = False
@@ -711,12 +713,16 @@ class ReliableStream:
             self._gc_senders.add(sender)
 
     def _buffer(self, record: Record) -> None:
-        if record.seq > self._stable.get(record.sender, 0):
-            if record.sender not in self._store:
-                self._gc_senders.add(record.sender)  # a new stream: collect it once its floor rises
-            self._store.setdefault(record.sender, {})[record.seq] = record
+        sender = record.sender
+        if record.seq > self._stable.get(sender, 0):
+            stored = self._store.get(sender)
+            if stored is None:
+                stored = self._store[sender] = {}
+                self._gc_senders.add(sender)  # a new stream: collect it once its floor rises
+            stored[record.seq] = record
             self._buffered += 1
-            self._counts["peak"] = max(self._counts["peak"], self._buffered)
+            if self._buffered > self._peak:
+                self._peak = self._buffered
 
     def _forget_sender(self, sender: int) -> None:
         self._buffered -= len(self._store.pop(sender, {}))
@@ -741,7 +747,7 @@ class ReliableStream:
             records_sent=c["sent"], records_received=c["received"], duplicates=c["duplicates"],
             nacks_sent=c["nacks"], retransmissions=c["retransmissions"], gossip_pushes=c["pushes"],
             repaired_by_nack=c["by_nack"], repaired_by_gossip=c["by_gossip"], buffered=self._buffered,
-            peak_buffered=c["peak"], window=self._buffered, drops=self.drops(),
+            peak_buffered=self._peak, window=self._buffered, drops=self.drops(),
         )
 
     def drops(self) -> dict[str, int]:
