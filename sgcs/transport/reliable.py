@@ -224,7 +224,10 @@ class ReliableStream:
         """Small views (``ACK_MATRIX_MAX``): per member, per sender, the highest
         number that member ACKed (or, for its own stream, sent). The paper's
         direct stability: stable once every member ACKed. None in larger views."""
-        self._linger: dict[int, int] = {}  # sender -> last round it stays in our digests
+        self._linger: dict[int, int] = {}
+        """Sender -> bit mask of the gossip levels not yet sent since its prefix
+        last became stable here: it stays in our digests until each level went
+        out once, so every member that depends on the all-reduce learns it."""
         self._holders: dict[int, tuple[int, int]] = {}
         """Per sender, the member last known to hold most of its stream, and how
         far: a NACK target besides the sender (one per stream keeps this O(senders))."""
@@ -618,6 +621,10 @@ class ReliableStream:
         k = int(now / self.params.gossip_interval) % len(self._levels)
         target = self.members[(self._position + (1 << k)) % len(self.members)]
         floors = tuple((s, self._window_floor(s, k)) for s in senders)
+        linger, sent = self._linger, ~(1 << k)
+        for sender in senders:
+            if sender in linger:
+                linger[sender] &= sent
         # repair lists the same senders: a rotating subset delayed the repair of
         # a lost first message by seconds at N = 1,000 (hundreds of senders unstable)
         entries = tuple((s, self._contig_of(s)) for s in senders) if self.params.gossip_enabled else ()
@@ -625,10 +632,14 @@ class ReliableStream:
         return [OutDigest(target, entries, Aggregate(k, self._roster.tag, floors))]
 
     def _retire_quiet_senders(self) -> None:
-        """A sender all stable here, whose lingering cycle is over, needs no
-        stability state: 10,000 members each keeping it for every sender they
-        ever heard would grow without bound. Its next record aggregates afresh."""
-        done = [s for s, r in self._linger.items() if r < self._round and not self._store.get(s)]
+        """A sender all stable here, whose lingering is over (every level sent
+        once since), needs no stability state: 10,000 members each keeping it
+        for every sender they ever heard would grow without bound. Its next
+        record aggregates afresh. (Levels are picked by the clock, and a late
+        timer can skip one for several cycles: counting rounds instead once
+        left a member that depends on the gossip without the last level.)"""
+        levels = (1 << len(self._levels)) - 1
+        done = [s for s, pending in self._linger.items() if not pending & levels and not self._store.get(s)]
         for sender in done:
             del self._linger[sender]
             self._others_floor.pop(sender, None)
@@ -637,11 +648,15 @@ class ReliableStream:
                 level.pop(sender, None)
 
     def _window_floor(self, sender: int, levels: int) -> int:
-        """The lowest number of ``sender`` held by the 2**levels members ending at us."""
+        """The lowest number of ``sender`` held by the 2**levels members ending
+        at us. Our stable prefix bounds it from below: every member of the view
+        holds that much. (A member that learnt stability from the ACK matrix,
+        before the all-reduce completed, must still pass it on: the others may
+        depend on the gossip alone.)"""
         floor = self._contig_of(sender)
         for level in self._levels[:levels]:
             floor = min(floor, level.get(sender, 0))
-        return floor
+        return max(floor, self._stable.get(sender, 0))
 
     def _nulls(self, acks: list[Ack], now: float) -> list[Out]:
         self._counts["nulls"] += len(acks)
@@ -684,7 +699,7 @@ class ReliableStream:
                     if seq <= stable and stored.pop(seq, None) is not None:
                         self._buffered -= 1
                 self._stable[sender] = stable
-                self._linger[sender] = self._round + len(self._levels) + 1
+                self._linger[sender] = (1 << len(self._levels)) - 1
                 if not stored:
                     self._holders.pop(sender, None)  # nothing left to NACK for
 
