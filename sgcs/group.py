@@ -317,8 +317,11 @@ class GroupStack:
         commit = self.committing
         assert commit is not None
         old = self.view
-        self._drain_old_view()
         new = commit.view.members
+        # left out (a commit without us, missed or abandoned): a singleton
+        # with no cut, made here rather than by a coordinator's agreement
+        self._drain_old_view(left_out=new == (self.me,) and len(old.members) > 1 and not commit.cut
+                             and commit.coordinator != self.me)
         foreign, self.foreign = self.foreign, frozenset()
         newcomers = tuple(m for m in new if m not in old or m in foreign)
         self.joined_at = {m: e for m, e in self.joined_at.items() if m in commit.view}
@@ -366,13 +369,18 @@ class GroupStack:
         low, high = self.void.get(message.sender, (0, 0))
         return low < message.seq <= high
 
-    def _drain_old_view(self) -> None:
+    def _drain_old_view(self, left_out: bool = False) -> None:
         """Deliver everything up to the cut in the old view; ordered groups
-        stop waiting for promises (every member holds the same cut)."""
+        stop waiting for promises (every member holds the same cut). A member
+        left out of the commit holds no agreed cut: what its order still
+        waits for cannot be placed as the others placed it (their timestamps
+        may rest on records it never got), so it is discarded, not delivered."""
         view_id = self.view.view_id
         self.happenings += [("deliver", (m, view_id)) for m in self.released]
         self.released = []
-        if self.ordering is not None:
+        if self.ordering is not None and left_out:
+            self.discarded += len(self.ordering.waiting_ids())
+        elif self.ordering is not None:
             delivered, discarded = self.ordering.drain()
             self.happenings += [("deliver", (_message(m), view_id)) for m in delivered]
             self.discarded += len(discarded)
