@@ -27,3 +27,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q -e '.[analysis,dev]'
     touch "$stamp"
 fi
+# Byte-compile the package: an editable install leaves sgcs uncompiled, and
+# where PYTHONDONTWRITEBYTECODE is set every process would compile it again
+# from source at start-up (about 80 ms of CPU each; 8 members starting
+# together on 2 cores lost 0.3 s to it). Quick when nothing changed.
+.venv/bin/python -m compileall -q -j 0 sgcs simulations spark_analysis >/dev/null
