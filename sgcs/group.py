@@ -332,7 +332,7 @@ class GroupStack:
             if member not in new:
                 self.unicast.forget(member)
         leavers = frozenset(self.agreement.leaving)
-        frames = self.agreement.installed(commit)
+        frames = self.agreement.installed(commit, now)
         # the new view's order starts after the cut and after what was rolled back
         self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0)) for m in new})
         self._happen("view", (old, commit.view, leavers), old.view_id)

@@ -545,12 +545,29 @@ class Node:
             )
 
     def _watch(self, now: float) -> None:
-        """The detector watches every member of every group we are in."""
+        """The detector watches every member of every group we are in.
+
+        A verdict must never be lost (a lost one wedged 8 processes: the
+        coordinator held a member failed in its detector but no longer in its
+        agreement, so it never acted on the member's real crash). After every
+        install, each member of a view is either failed in that group's
+        agreement, which then excludes it, or watched afresh by the detector:
+        a merge that brought it back, or a verdict that arrived while it was
+        not in our view, must not leave it unwatched for ever. The
+        agreement's ``suspected`` set is re-read from the detector for the
+        same reason (a suspicion raised while the member was outside the view)."""
         views = [state.view.members for state in self._groups.values()]
         if len(views) == 1:
             self.detector.set_members(views[0], now)  # the view's own (shared) roster
         else:
             self.detector.set_members({m for members in views for m in members}, now)
+        detector = self.detector
+        if detector.failed:
+            held = {m for state in self._groups.values() for m in state.agreement.failed}
+            for member in [m for m in detector.failed if m not in held]:
+                detector.readmit(member, now)
+        for state in self._groups.values():
+            state.agreement.suspected = {m for m in detector.suspects if m in state.view}
 
     def _on_detector(self, out: list[Action], outputs: list, now: float) -> None:
         for output in outputs:

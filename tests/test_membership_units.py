@@ -436,7 +436,7 @@ def test_three_phases_propose_flush_commit_installed() -> None:
     for m in (2, 1):
         (commit,) = va[m].on_commit(1, c)
         assert commit == Commit(View.of(2, (1, 2)), {1: 5, 2: 7, 3: 9}, {}, 1, 1)
-        replies = va[m].installed(commit)
+        replies = va[m].installed(commit, 0.0)
         assert va[m].view == View.of(2, (1, 2)) and not va[m].changing
         if m == 2:
             (installed,) = ctl(replies, MsgType.INSTALLED)
@@ -554,7 +554,7 @@ def test_member_left_out_of_the_commit_installs_a_singleton() -> None:
     commit = Control(TAG, msg.epoch, msg.attempt, 1, 0, (((1, 0), (2, 0)), ((1, 1), (2, 1)), ()))
     (left_out,) = va[3].on_commit(1, commit)
     assert left_out == Commit(View.of(2, {3}), {}, {}, 1, 1)
-    assert va[3].installed(left_out) == [], "a singleton answers nobody"
+    assert va[3].installed(left_out, 0.0) == [], "a singleton answers nobody"
     assert va[3].view.members == (3,) and va[3].coordinator() == 3
     stranger = ViewAgreement(8, {8, 9}, TIMEOUT, 0.0, TAG)
     assert stranger.on_commit(1, commit) == [], "a commit of another component is none of our business"
@@ -659,3 +659,46 @@ def test_coordinator_stops_waiting_for_verdicts_after_a_quarter_view_timeout() -
         proposals = ctl(va[1].on_timeout(t), MsgType.PROPOSE)
     assert t == pytest.approx(TIMEOUT / 4)
     assert members_of(body(proposals[0])) == (1, 3), "3 is still only suspected: it stays"
+
+
+def test_merge_during_an_exclusion_readmits_the_member_without_a_second_change() -> None:
+    # the wedge of 8 processes, at the agreement: coordinator 1 had declared
+    # 4 failed (4 had moved to another component) when that component's beacon
+    # listed 4 alive; the merge brought 4 back, and 4 stayed "failed" in the
+    # coordinator's agreement with nothing left to trigger its exclusion
+    va = {m: ViewAgreement(m, {1, 4}, TIMEOUT, 0.0, TAG, epoch=1) for m in (1,)}
+    va[3] = ViewAgreement(3, {3, 4}, TIMEOUT, 0.0, TAG, epoch=1)
+    va[4] = ViewAgreement(4, {3, 4}, TIMEOUT, 0.0, TAG, epoch=1)
+    (exclude,) = ctl(va[1].member_failed(4, 1.0), MsgType.PROPOSE)
+    assert members_of(body(exclude)) == (1,)
+    (merge,) = ctl(va[1].merge_with({3: 1, 4: 1}, 3, 1.05), MsgType.PROPOSE)
+    assert members_of(body(merge)) == (1, 3, 4)
+    commits = []
+    for m in (1, 3, 4):
+        (flush,) = ctl(va[m].on_propose(1, body(merge), (0, {}), 1.1), MsgType.FLUSH)
+        commits += ctl(va[1].on_flush(m, body(flush), 1.1), MsgType.COMMIT)
+    (commit_send,) = commits
+    (commit,) = va[1].on_commit(1, body(commit_send))
+    after = va[1].installed(commit, 1.2)
+    assert va[1].view.members == (1, 3, 4)
+    assert 4 not in va[1].failed, "re-admitted: the node's detector watches it afresh"
+    assert ctl(after, MsgType.PROPOSE) == [], "no needless second change"
+
+
+def test_merge_readmits_a_member_we_had_declared_failed() -> None:
+    va = agreements({1, 2})
+    va[1].member_failed(2, 1.0)
+    assert 2 in va[1].failed
+    va[1].merge_with({2: 1, 3: 1}, 3, 1.1)  # another component holds 2 live
+    assert 2 not in va[1].failed and set(va[1].wanted()) == {1, 2, 3}
+
+
+def test_readmit_watches_a_failed_member_afresh() -> None:
+    d = detector(0, range(2))
+    run_until(d, 5.0)
+    assert 1 in d.failed
+    d.readmit(1, 5.0)
+    assert 1 not in d.failed
+    assert events([o for _, o in run_until(d, 5.0 + d.suspect_timeout() * 0.9)]) == [], "a newcomer's grace"
+    assert ("suspect", 1) in events([o for _, o in run_until(d, 20.0)]), "silent: suspected again"
+    assert 1 in d.failed

@@ -154,6 +154,24 @@ def test_crashed_member_is_suspected_probed_and_excluded() -> None:
     assert len({n.view("g") for n in nodes.values()}) == 1
 
 
+
+def test_a_stale_failure_verdict_does_not_leave_a_member_unwatched() -> None:
+    # the wedge of 8 processes: the coordinator's detector held member 4
+    # failed from an earlier view while its agreement had 4 as a live member
+    # (a merge brought it back), so the coordinator never suspected 4 again
+    # and nobody acted when 4 really crashed
+    nodes = {i: make_node(i) for i in (1, 2, 3, 4)}
+    pump(nodes, {i: n.join("g", 0.0, members=[1, 2, 3, 4]) for i, n in nodes.items()}, 0.0, 0.5)
+    nodes[1].detector.failed.add(4)  # the verdict left over from the earlier view
+    out = nodes[2].leave("g", 0.5)
+    del nodes[2]
+    pump(nodes, {2: out}, 0.5, 2.0)  # a change that keeps 4: the coordinator re-reads its detector
+    assert nodes[1].view("g")[1] == (1, 3, 4)
+    del nodes[4]  # crash
+    seen = pump(nodes, {}, 2.0, 8.0)
+    assert [v.members for v in of(ViewInstalled, seen)] == [(1, 3), (1, 3)]
+
+
 GARBAGE = [
     pytest.param(lambda good: bytes(random.Random(5).getrandbits(8) for _ in range(80)), "magic", id="random-bytes"),
     pytest.param(lambda good: good[:-1] + bytes([good[-1] ^ 0xFF]), "mac", id="bad-mac"),

@@ -261,6 +261,9 @@ class ViewAgreement:
             else:
                 self.refused_joiners += 1
                 continue
+            # another component holds it live: our failure verdict is stale; the
+            # node watches it afresh once it is back in our view
+            self.failed.discard(member)
             taken = True
         return taken
 
@@ -412,8 +415,12 @@ class ViewAgreement:
         self.committing = Commit(View.of(commit.view.epoch, {self.me}), {}, {}, commit.coordinator, 0)
         return [self.committing]
 
-    def installed(self, commit: Commit) -> list[AgreementOut]:
-        """The group layer completed the cut and installed ``commit.view``."""
+    def installed(self, commit: Commit, now: float) -> list[AgreementOut]:
+        """The group layer completed the cut and installed ``commit.view``.
+        A member that failed or is leaving while the change was under way is
+        still in the view: as coordinator, start the change that drops it now,
+        since no later trigger may come (its verdict was the trigger, and it
+        was spent on the change just installed)."""
         self.previous, self.view = self.view, commit.view
         self.failed &= set(self.view.members)
         self.leaving &= set(self.view.members)
@@ -425,9 +432,12 @@ class ViewAgreement:
         if self.coordination is not None and self.coordination.proposal.epoch <= self.view.epoch \
                 and commit.coordinator != self.me:
             self.coordination = None
-        if commit.coordinator == self.me or self.view.members == (self.me,):
-            return []
-        return [self._installed_reply(commit.coordinator, commit.view.epoch, commit.attempt)]
+        out: list[AgreementOut] = []
+        if commit.coordinator != self.me and self.view.members != (self.me,):
+            out.append(self._installed_reply(commit.coordinator, commit.view.epoch, commit.attempt))
+        if self.failed or self.leaving:
+            out += self.reconsider(now)
+        return out
 
     def _installed_reply(self, coordinator: int, epoch: int, attempt: int) -> CtlSend:
         return CtlSend(coordinator, MsgType.INSTALLED, encode_control(Control(self.tag, epoch, attempt)))

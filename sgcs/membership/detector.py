@@ -170,6 +170,16 @@ class FailureDetector:
             del self.suspects[member]
         self.failed = {m for m in self.failed if m in self._index}
 
+    def readmit(self, member: int, now: float) -> None:
+        """Watch a member declared failed afresh, with a newcomer's grace: a
+        view installed with it (a merge brought it back) outranks a verdict
+        no group acts on. If it is dead, it is suspected and confirmed again."""
+        i = self._index.get(member)
+        if i is None or member not in self.failed:
+            return
+        self.failed.discard(member)
+        self.grace_from[i] = now + self.suspect_timeout()
+
     def suspect_timeout(self) -> float:
         return self.params.suspect_factor * suspect_rounds(len(self.ids)) * self.params.gossip_interval
 
