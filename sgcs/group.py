@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 import random
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from .config import Config, Order
 from .errors import UsageError
@@ -59,6 +60,43 @@ from .wire import (
 )
 
 Frame = tuple[MsgType, "int | None", Flag, bytes]
+
+
+# The group's one output channel to the node besides its frames: what a view
+# change did, in the order the application must see it.
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Deliver ``message`` in the view ``view_id`` (during a change, the old one)."""
+
+    message: Message
+    view_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OptimisticBegan:
+    """A change began: sends go out under this proposed view."""
+
+    view: View
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    old: View
+    new: View
+    leavers: frozenset[int]
+    """Members that left gracefully (the rest of old - new failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolledBack:
+    """An optimistic message no member delivers: its proposal lost."""
+
+    message: Message
+
+
+GroupEvent = Delivered | OptimisticBegan | Installed | RolledBack
 _KIND_TYPES = {"data": MsgType.DATA, "retransmit": MsgType.RETRANSMIT, "gossip": MsgType.GOSSIP}
 
 
@@ -141,10 +179,9 @@ class GroupStack:
         self.ordering = self._new_ordering({})
         self.released: list[Message] = []
         """Messages the ordering layer let go, for the node to deliver."""
-        self.happenings: list[tuple[str, object]] = []
-        """View events in the order the node must report them: ("deliver",
-        (Message, view id)), ("optimistic", View), ("view", (old, new, leavers)),
-        ("rollback", Message)."""
+        self.events: list[GroupEvent] = []
+        """View events and the deliveries around them, in the order the node
+        must report them (deliveries outside a change go by ``released``)."""
         self.limits: dict[int, int] | None = None
         """During a view change: the highest record per sender deliverable in the old view."""
         self.held: list[Message] = []
@@ -225,7 +262,7 @@ class GroupStack:
             elif isinstance(output, Freeze):
                 self.limits = output.limits
                 self.stream.stability_cap = dict(output.limits)
-                self._happen("optimistic", output.optimistic)
+                self._happen(OptimisticBegan(output.optimistic))
             elif isinstance(output, Commit):
                 frames += self._begin_commit(output, now)
         return [f for f in frames if not (isinstance(f, CtlSend) and f.dst == self.me)]
@@ -335,7 +372,7 @@ class GroupStack:
         frames = self.agreement.installed(commit, now)
         # the new view's order starts after the cut and after what was rolled back
         self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0)) for m in new})
-        self._happen("view", (old, commit.view, leavers), old.view_id)
+        self._happen(Installed(old, commit.view, leavers), old.view_id)
         self.limits, self.committing = None, None
         self.void = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.rollback.items() if s in new}
         held, self.held = self.held, []
@@ -347,23 +384,24 @@ class GroupStack:
                 continue  # its records come afresh after the cut, in the new view
             if message.sender not in new or left_out:
                 if message.sender == self.me:
-                    self._happen("rollback", message)  # sent under a view we are not in
+                    self._happen(RolledBack(message))  # sent under a view we are not in
                 continue
             if self._rolled_back(message):
-                self._happen("rollback", message)
+                self._happen(RolledBack(message))
                 continue
             kept.append(message)
         self._release(self._order(self._pass_gate(kept)))  # a later change's messages stay held
-        self._happen("installed", None)
+        self._happen(None)
         return self.on_agreement(frames, now)
 
-    def _happen(self, kind: str, value: object, view_id: str | None = None) -> None:
-        """Record a view event after the deliveries released before it."""
+    def _happen(self, event: GroupEvent | None, view_id: str | None = None) -> None:
+        """Record a view event (None: none, only flush the deliveries) after
+        the deliveries released before it."""
         view_id = view_id or self.view.view_id
-        self.happenings += [("deliver", (m, view_id)) for m in self.released]
+        self.events += [Delivered(m, view_id) for m in self.released]
         self.released = []
-        if kind != "installed":
-            self.happenings.append((kind, value))
+        if event is not None:
+            self.events.append(event)
 
     def _rolled_back(self, message: Message) -> bool:
         low, high = self.void.get(message.sender, (0, 0))
@@ -376,14 +414,34 @@ class GroupStack:
         waits for cannot be placed as the others placed it (their timestamps
         may rest on records it never got), so it is discarded, not delivered."""
         view_id = self.view.view_id
-        self.happenings += [("deliver", (m, view_id)) for m in self.released]
+        self.events += [Delivered(m, view_id) for m in self.released]
         self.released = []
         if self.ordering is not None and left_out:
             self.discarded += len(self.ordering.waiting_ids())
         elif self.ordering is not None:
             delivered, discarded = self.ordering.drain()
-            self.happenings += [("deliver", (_message(m), view_id)) for m in delivered]
+            self.events += [Delivered(_message(m), view_id) for m in delivered]
             self.discarded += len(discarded)
+
+    def suspect(self, member: int) -> bool:
+        """The detector suspects ``member``; returns whether it is in our view."""
+        if member not in self.view:
+            return False
+        self.agreement.suspected.add(member)
+        return True
+
+    def member_alive(self, member: int) -> bool:
+        """The detector cleared ``member`` (heard it, or a neighbour did): a
+        verdict against it no longer stands. Returns whether it is in our view."""
+        self.agreement.suspected.discard(member)
+        if member not in self.view:
+            return False
+        self.agreement.member_alive(member)
+        return True
+
+    def reread_suspicions(self, suspects: Iterable[int]) -> None:
+        """After an install: the members of the new view the detector is confirming."""
+        self.agreement.suspected = {m for m in suspects if m in self.view}
 
     def member_failed(self, member: int, now: float) -> list:
         return self.on_agreement(self.agreement.member_failed(member, now), now)
@@ -417,8 +475,8 @@ class GroupStack:
             self._order_due = False
             ordered = [_message(m) for m in self.ordering.deliverable()]
             self._watch_blocker(now)  # our message may wait on a promise that was lost
-            if self.happenings:  # after the view events already recorded
-                self.happenings += [("deliver", (m, self.view.view_id)) for m in ordered]
+            if self.events:  # after the view events already recorded
+                self.events += [Delivered(m, self.view.view_id) for m in ordered]
             else:
                 self.released += ordered
         return [OutRecords(None, tuple(records), "data")] if records else []
@@ -467,7 +525,7 @@ class GroupStack:
         kept = []
         for message in messages:
             if self._rolled_back(message):
-                self._happen("rollback", message)
+                self._happen(RolledBack(message))
             else:
                 kept.append(message)
         return kept
@@ -644,7 +702,7 @@ def _message(m: OrderedMessage) -> Message:
     return message
 
 
-_FRAMERS = {
+_FRAMERS: dict[type, Callable[[GroupStack, Any], list[Frame]]] = {
     OutRecords: GroupStack._records,
     OutNack: GroupStack._nack,
     OutDigest: GroupStack._digest,

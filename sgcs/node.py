@@ -51,10 +51,10 @@ from .actions import (
 )
 from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
-from .group import GroupStack, build_params
+from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack, build_params
 from .membership.agreement import CtlSend, View
 from .membership.roster import roster_of
-from .membership.detector import FailureDetector, FdEvent, FdParams, FdSend
+from .membership.detector import FailureDetector, FdEvent, FdParams, FdSend, Verdict
 from .security import ReplayWindow, Sealer
 from .transport.records import Message
 from .wire import (
@@ -390,7 +390,7 @@ class Node:
             self._deliver(out, state, message, None)
         if state.committing is not None:
             self._route(out, state, state.progress(now))
-        if state.happenings:
+        if state.events:
             self._drain(out, state, now)
         return out
 
@@ -430,7 +430,7 @@ class Node:
             self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now, aggregate))
             for message in state.take_released():
                 self._deliver(out, state, message, None)
-            if state.happenings:
+            if state.events:
                 self._drain(out, state, now)
         return out
 
@@ -567,7 +567,7 @@ class Node:
             for member in [m for m in detector.failed if m not in held]:
                 detector.readmit(member, now)
         for state in self._groups.values():
-            state.agreement.suspected = {m for m in detector.suspects if m in state.view}
+            state.reread_suspicions(detector.suspects)
 
     def _on_detector(self, out: list[Action], outputs: list, now: float) -> None:
         for output in outputs:
@@ -581,50 +581,42 @@ class Node:
 
     def _on_fd_event(self, out: list[Action], event: FdEvent, now: float) -> None:
         kind, member = event.kind, event.member
-        reason = "busy" if kind == "busy" else None
-        self._trace(out, "unsuspect" if kind == "busy" else kind, target=member, reason=reason)
+        busy = kind is Verdict.BUSY
+        self._trace(out, "unsuspect" if busy else kind.value, target=member, reason="busy" if busy else None)
         for state in list(self._groups.values()):
-            if member not in state.view:
-                continue
-            if kind == "suspect":
-                state.agreement.suspected.add(member)
-                out.append(MemberSuspected(state.name, member))
-                continue
-            state.agreement.suspected.discard(member)
-            if kind == "busy":
+            if kind is Verdict.SUSPECT:
+                if state.suspect(member):
+                    out.append(MemberSuspected(state.name, member))
+            elif kind is Verdict.FAILED:
+                if member in state.view:
+                    self._route(out, state, state.member_failed(member, now))
+                    self._drain(out, state, now)
+            elif state.member_alive(member) and busy:
                 out.append(MemberBusy(state.name, member))
-                state.agreement.member_alive(member)
-            elif kind == "unsuspect":
-                state.agreement.member_alive(member)
-            elif kind == "failed":
-                self._route(out, state, state.member_failed(member, now))
-                self._drain(out, state, now)
 
     def _drain(self, out: list[Action], state: GroupStack, now: float) -> None:
         """Report what a view change did, in order: old-view deliveries, the
         optimistic view, the new view, rollbacks and new-view deliveries."""
         for message in state.take_released():
             self._deliver(out, state, message, None)
-        happenings, state.happenings = state.happenings, []
+        events, state.events = state.events, []
         installed = False
-        for kind, value in happenings:
-            if kind == "deliver":
-                message, view_id = value  # type: ignore[misc]
-                self._deliver(out, state, message, None, view_id)
-            elif kind == "optimistic":
-                view = value
-                out.append(OptimisticView(state.name, view.view_id, view.members))  # type: ignore[attr-defined]
-                self._trace(out, "view", group=state.name, view_id=view.view_id,  # type: ignore[attr-defined]
-                            members=view.members, optimistic=True)  # type: ignore[attr-defined]
-            elif kind == "view":
-                old, new, left = value  # type: ignore[misc]
-                self._install(out, state, old, new, left)
+        for event in events:
+            if type(event) is Delivered:
+                self._deliver(out, state, event.message, None, event.view_id)
+            elif type(event) is OptimisticBegan:
+                view = event.view
+                out.append(OptimisticView(state.name, view.view_id, view.members))
+                self._trace(out, "view", group=state.name, view_id=view.view_id, members=view.members,
+                            optimistic=True)
+            elif type(event) is Installed:
+                self._install(out, state, event.old, event.new, event.leavers)
                 installed = True
-            elif kind == "rollback":
-                message = value
-                out.append(Rollback(state.name, ((message.sender, message.seq),)))  # type: ignore[attr-defined]
-                self._trace(out, "rollback", group=state.name, sender=message.sender,  # type: ignore[attr-defined]
-                            seq=message.seq, order=state.order.value, view_id=state.view.view_id)  # type: ignore
+            elif type(event) is RolledBack:
+                message = event.message
+                out.append(Rollback(state.name, ((message.sender, message.seq),)))
+                self._trace(out, "rollback", group=state.name, sender=message.sender, seq=message.seq,
+                            order=state.order.value, view_id=state.view.view_id)
         for message in state.take_released():
             self._deliver(out, state, message, None)
         if installed:
@@ -652,7 +644,7 @@ class Node:
 
     def _flush(self, out: list[Action], state: GroupStack, now: float) -> None:
         self._route(out, state, state.take_outbox(now))
-        if state.released or state.happenings:  # own messages of an ordered group, ordered at the flush
+        if state.released or state.events:  # own messages of an ordered group, ordered at the flush
             self._drain(out, state, now)
 
     def _route(self, out: list[Action], state: GroupStack, outputs: list) -> None:

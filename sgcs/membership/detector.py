@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from enum import Enum
 from typing import Iterable
 
 import numpy as np
@@ -81,10 +82,22 @@ class FdSend:
     body: bytes
 
 
+class Verdict(str, Enum):
+    """What the detector concluded about a member (a ``str`` for traces)."""
+
+    SUSPECT = "suspect"
+    """Silent for ``suspect_timeout``: the pull and ask stages begin."""
+    UNSUSPECT = "unsuspect"
+    """Heard from again while suspected."""
+    BUSY = "busy"
+    """A neighbour heard from it recently: alive, only slow to us."""
+    FAILED = "failed"
+    """All three stages agree: it is gone."""
+
+
 @dataclass(frozen=True, slots=True)
 class FdEvent:
-    kind: str
-    """suspect, unsuspect, busy or failed."""
+    kind: Verdict
     member: int
 
 
@@ -194,7 +207,7 @@ class FailureDetector:
         if member in self.suspects:
             del self.suspects[member]
             self._counts["refuted"] += 1
-            return [FdEvent("unsuspect", member)]
+            return [FdEvent(Verdict.UNSUSPECT, member)]
         return []
 
     def note_multicast(self, now: float) -> None:
@@ -211,7 +224,7 @@ class FailureDetector:
         for member in [m for m in self.suspects if self.heard_at[self._index[m]] > self.suspects[m].since]:
             del self.suspects[member]
             self._counts["refuted"] += 1
-            out.append(FdEvent("unsuspect", member))
+            out.append(FdEvent(Verdict.UNSUSPECT, member))
         return out
 
     def _slice_start(self, members: np.ndarray) -> int | None:
@@ -274,7 +287,7 @@ class FailureDetector:
         del self.suspects[msg.a]
         self.grace_from[self._index[msg.a]] = now
         self._counts["busy"] += 1
-        return [FdEvent("busy", msg.a)]
+        return [FdEvent(Verdict.BUSY, msg.a)]
 
     def on_unreachable(self, member: int, now: float) -> list[FdOut]:
         """The network says nobody listens at ``member``'s address: the pull
@@ -341,7 +354,7 @@ class FailureDetector:
     def _suspect(self, member: int, now: float, out: list[FdOut]) -> _Confirmation:
         confirmation = self.suspects[member] = _Confirmation(now, self.rng.getrandbits(62))
         self._counts["suspicions"] += 1
-        out.append(FdEvent("suspect", member))
+        out.append(FdEvent(Verdict.SUSPECT, member))
         return confirmation
 
     def _advance(self, member: int, confirmation: _Confirmation, now: float) -> list[FdOut]:
@@ -380,7 +393,7 @@ class FailureDetector:
         del self.suspects[member]
         self.failed.add(member)
         self._counts["failures"] += 1
-        return [FdEvent("failed", member)]
+        return [FdEvent(Verdict.FAILED, member)]
 
     def statistics(self) -> DetectorStatistics:
         c = self._counts

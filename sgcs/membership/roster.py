@@ -19,7 +19,7 @@ import hashlib
 import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -49,6 +49,9 @@ class Roster:
 
     def __len__(self) -> int:
         return len(self.members)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.members)
 
     def __contains__(self, member: object) -> bool:
         return member in self.member_set
