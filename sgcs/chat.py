@@ -46,6 +46,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -173,10 +174,11 @@ class ChatMember:
     async def _on_busy(self, event: MemberBusy) -> None:
         self.write(f"* {self.label(event.member)} is slow but alive")
 
-    _ON_EVENT: dict[type[Event], Callable[[ChatMember, Event], Awaitable[None]]] = {
+    # each handler takes its own event type, which a dict's value type cannot say
+    _ON_EVENT: dict[type[Event], Callable[[ChatMember, Any], Awaitable[None]]] = {
         Delivery: _on_delivery, ViewChange: _on_view, OptimisticView: _on_optimistic,
         Rollback: _on_rollback, MemberSuspected: _on_suspected, MemberBusy: _on_busy,
-    }  # type: ignore[dict-item]  # each handler takes its own event type
+    }
 
     # ------------------------------------------------------------- the reader
 

@@ -217,7 +217,7 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
 def _validate(config: Config) -> None:
     for name, kind, low, high in _RANGES:
         value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, kind):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not isinstance(value, kind):
             raise UsageError(f"Config.{name} must be a number in [{low}, {high}], got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             raise UsageError(f"Config.{name} must be in [{low}, {high}], got {value!r}")

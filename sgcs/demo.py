@@ -262,7 +262,7 @@ class DemoRun:
         self.events.append(line)
         self._on_event(line)
 
-    def _once(self, key: tuple[str, Any], text: str, t: float | None = None) -> None:
+    def _once(self, key: tuple[Any, ...], text: str, t: float | None = None) -> None:
         if key not in self._seen:
             self._seen.add(key)
             self.log(text, t)

@@ -32,15 +32,14 @@ import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from .config import MAX_UDP_PAYLOAD, Order
 from .errors import DecodeError
 
-if TYPE_CHECKING:
-    from .transport.records import Record
+from .transport.records import Record
 
 MAGIC = b"SG"
 VERSION = 2
@@ -329,10 +328,6 @@ def encoded_record_size(record: "Record") -> int:
 
 
 def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
-    global _Record
-    if _Record is None:
-        from .transport.records import Record as _Record
-
     if len(body) < _RECORDS.size:
         raise DecodeError("length", "records header")
     tag, count = _RECORDS.unpack_from(body)
@@ -355,15 +350,11 @@ def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
             if end != ack_len:
                 raise DecodeError("length", "ack list")
         pos += ack_len
-        records.append(_Record(sender, seq, acks, flags, bytes(body[pos : pos + length])))
+        records.append(Record(sender, seq, acks, flags, bytes(body[pos : pos + length])))
         pos += length
     if pos != size:
         raise DecodeError("length", "trailing bytes")
     return tag, tuple(records)
-
-
-_Record: "type[Record] | None" = None
-"""``transport.records.Record``, imported on first use (it imports this module)."""
 
 
 def encode_nack(tag: int, sender: int, ranges: "tuple[tuple[int, int], ...]", pull: bool) -> bytes:
@@ -512,10 +503,10 @@ def decode_control_untrusted(body: bytes, lists: bool = True) -> Control:
         raise DecodeError("body", "control fields")
     if not lists:
         return Control(tag, epoch, attempt, a, b)
-    pos, lists = _CONTROL.size, []
+    pos, entry_lists = _CONTROL.size, []
     for _ in range(count):
         entries, pos = decode_acks_untrusted(body, pos)
-        lists.append(entries)
+        entry_lists.append(entries)
     if pos != len(body):
         raise DecodeError("length", "trailing bytes")
-    return Control(tag, epoch, attempt, a, b, tuple(lists))
+    return Control(tag, epoch, attempt, a, b, tuple(entry_lists))

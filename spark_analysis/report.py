@@ -39,6 +39,12 @@ DIGITS = 6
 Progress = Callable[[str], None]
 
 
+def _pandas(frame: Any) -> Any:
+    """``frame.toPandas()``, typed Any: pandas ships no type information here."""
+    return frame.toPandas()
+
+
+
 def _clean(value: Any) -> Any:
     """JSON-ready: numpy scalars to Python, NaN to None, floats rounded to DIGITS decimals."""
     if isinstance(value, dict):
@@ -92,9 +98,9 @@ class _Jobs:
         from .readers import dataset_rows
 
         self.progress("reading traces")
-        meta = self.meta_df.drop("scenario", "pauses", "orders").toPandas()
+        meta = _pandas(self.meta_df.drop("scenario", "pauses", "orders"))
         # also the first scan of the events, which fills their cache
-        kinds = self.events.groupBy("run", "kind").agg(F.count("*").alias("n")).toPandas()
+        kinds = _pandas(self.events.groupBy("run", "kind").agg(F.count("*").alias("n")))
 
         def rows(run: str) -> dict[str, Any]:
             mine = kinds[kinds["run"] == run]
@@ -109,7 +115,7 @@ class _Jobs:
         from .latency import LEVELS, delivery_latencies, latency_quantiles, summary_from_quantiles
 
         self.progress("latency")
-        table = latency_quantiles(delivery_latencies(self.events)).toPandas().sort_values(["run", "order"])
+        table = _pandas(latency_quantiles(delivery_latencies(self.events))).sort_values(["run", "order"])
         self.tables["latency_cdf"] = table.assign(quantile=[list(LEVELS)] * len(table))
         self.put("latency", lambda run: {r["order"]: _clean(summary_from_quantiles(r))
                                          for r in table[table["run"] == run].to_dict("records")})
@@ -118,7 +124,7 @@ class _Jobs:
         from .reliability import BINS, per_message, reliability_bins, summary_from_bins
 
         self.progress("reliability")
-        bins = reliability_bins(per_message(self.events)).toPandas().sort_values(["run", "low"])
+        bins = _pandas(reliability_bins(per_message(self.events))).sort_values(["run", "low"])
         per_run = {run: summary_from_bins(_records(bins, run)) for run in self.runs}
         self.tables["reliability_hist"] = bins.assign(share=[
             m / per_run[r]["messages"] for r, m in zip(bins["run"], bins["messages"])])
@@ -135,8 +141,8 @@ class _Jobs:
         from .detection import detection_times, false_suspicions
 
         self.progress("failure detection")
-        crashes = detection_times(self.events, self.meta_df).toPandas().sort_values(["run", "t", "node"])
-        false = false_suspicions(self.events, self.meta_df).toPandas()
+        crashes = _pandas(detection_times(self.events, self.meta_df)).sort_values(["run", "t", "node"])
+        false = _pandas(false_suspicions(self.events, self.meta_df))
         self.put("detection", lambda run: {"crashes": _records(crashes, run),
                                            "false_suspicions": (_records(false, run) or [{}])[0]})
 
@@ -144,7 +150,7 @@ class _Jobs:
         from .load import LOAD_COLUMNS, per_member_load
 
         self.progress("load per member")
-        by_type = per_member_load(self.net, self.meta_df).toPandas().sort_values(["run", "msg_type"])
+        by_type = _pandas(per_member_load(self.net, self.meta_df)).sort_values(["run", "msg_type"])
         self.tables["load"] = by_type
 
         def per_run(run: str) -> dict[str, Any]:
@@ -158,10 +164,10 @@ class _Jobs:
         from .views import blocked_spans, view_changes, view_counts
 
         self.progress("view changes")
-        changes = view_changes(self.events).toPandas().sort_values(["run", "start"])
+        changes = _pandas(view_changes(self.events)).sort_values(["run", "start"])
         # one row per (node, group, change): small next to the trace, and the plot wants them
-        spans = blocked_spans(self.events).select("run", "started", "ended", "span").toPandas()
-        counts = view_counts(self.events).toPandas()
+        spans = _pandas(blocked_spans(self.events).select("run", "started", "ended", "span"))
+        counts = _pandas(view_counts(self.events))
         self.tables["view_changes"], self.tables["blocked_spans"] = changes, spans
         self.put("views", lambda run: {
             "changes": _change_summary(changes[changes["run"] == run]),
@@ -177,8 +183,8 @@ class _Jobs:
             self.tables["occupancy"] = None
             self.put("occupancy", lambda run: "not recorded")
             return
-        summary = occupancy_summary(self.stats).toPandas()
-        self.tables["occupancy"] = occupancy_over_time(self.stats).toPandas().sort_values(["run", "group", "t"])
+        summary = _pandas(occupancy_summary(self.stats))
+        self.tables["occupancy"] = _pandas(occupancy_over_time(self.stats)).sort_values(["run", "group", "t"])
         recorded = set(summary["run"])
         self.put("occupancy", lambda run: {r.pop("group"): r for r in _records(summary, run)}
                  if run in recorded else "not recorded")

@@ -399,7 +399,9 @@ class SweepProgress:
     """
 
     def __init__(self, total: int, show: bool) -> None:
-        self.total, self.show, self.bar, self.task = total, show, None, None
+        self.total, self.show = total, show
+        self.bar: Any = None  # a rich Progress while shown
+        self.task: Any = None
 
     def __enter__(self) -> SweepProgress:
         if self.show:

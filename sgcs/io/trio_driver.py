@@ -615,8 +615,8 @@ def _read_batch(sock: socket.socket) -> tuple[list[tuple[Any, bytes]], _Outcome]
     return batch, _Outcome.FULL
 
 
-def _incarnation() -> dict[str, int]:
-    """The ``incarnation`` and ``salt`` keywords for ``Node``.
+def _incarnation() -> tuple[int, int]:
+    """The ``incarnation`` and ``salt`` for ``Node``.
 
     A process restarted with the same node id must present a new incarnation,
     so that the others tell it from its former self (its sequence numbers
@@ -625,7 +625,7 @@ def _incarnation() -> dict[str, int]:
     every 6.8 years: only a restart that straddles the wrap gets a smaller
     incarnation than its former self. The random salt keeps the nonces of two
     starts within one tenth apart (``sgcs.security``)."""
-    return {"incarnation": int(time.time() * 10) % 2**31, "salt": _entropy.getrandbits(32)}
+    return int(time.time() * 10) % 2**31, _entropy.getrandbits(32)
 
 
 @asynccontextmanager
@@ -638,7 +638,9 @@ async def open_driver(config: Config, trace: str | os.PathLike[str] | None = Non
     node_id = config.node_id if config.node_id is not None else _entropy.randrange(2**63)
     # The protocol draws from its own seeded Random (sans-I/O rule); only the
     # seed comes from the OS, so real runs differ from one another.
-    node = Node(node_id, config, random.Random(_entropy.getrandbits(64)), trace=trace is not None, **_incarnation())
+    incarnation, salt = _incarnation()
+    node = Node(node_id, config, random.Random(_entropy.getrandbits(64)), trace=trace is not None,
+                incarnation=incarnation, salt=salt)
     recorder = None if trace is None else TraceRecorder(trace, node_id, config)
     sockets = await open_sockets(config)
     body_error: BaseException | None = None
