@@ -204,6 +204,9 @@ class GroupStack:
         self._request_at: float | None = None
         self.rejected = BoundedSet(MAX_REJECTED)
         """Members refused for joining with another order: never admitted."""
+        self.confirmed_beacon: tuple[int, int, int] | None = None
+        """(coordinator, incarnation, epoch) of a beacon that listed exactly our
+        view: its repeats need not be decoded (O(N) member lists at scale)."""
         self.incarnations: dict[int, int] = {}
         """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
         self.joined_at: dict[int, int] = {}
@@ -301,14 +304,20 @@ class GroupStack:
         known = self.incarnations.get(src)
         self._note_incarnation(src, msg.a)
         if src in self.view.members:
+            if msg.epoch == self.view.epoch and tuple(sorted(members)) == self.view.members:
+                self.confirmed_beacon = (src, msg.a, msg.epoch)
+                return []
             if members & set(self.view.members) == {src} and len(self.view.members) > 1:
                 if known in (None, msg.a) and msg.epoch < self.joined_at.get(src, -1):
                     # its discovery beacon, overtaken by its join (another socket, another path);
                     # a restart shows a new incarnation to the coordinator, which heard it flush
                     return []
                 return self.agreement.member_failed(src, now)  # it restarted, or missed its exclusion
-            if self.me not in members and msg.epoch > self.view.epoch and self.committing is None:
-                return self.agreement.left_out(src, msg.epoch)  # we missed the commit that excluded us
+            if self.me not in members and msg.epoch >= self.view.epoch and self.committing is None:
+                # we missed the commit that excluded us; or, at our own epoch (no
+                # incarnation of a coordinator installs two views of one epoch),
+                # it restarted before we ever heard its former self
+                return self.agreement.left_out(src, max(msg.epoch, self.view.epoch + 1))
             if msg.epoch >= self.view.epoch and tuple(sorted(members)) != self.view.members \
                     and src != self.agreement.coordinator():
                 return self.agreement.diverge(dict.fromkeys(members, msg.epoch), now)  # two views overlap

@@ -277,7 +277,8 @@ class Node:
                 raise DecodeError("replay")
             if header.sender in self._addresses or len(self._addresses) < MAX_PEERS:
                 self._addresses[header.sender] = src  # a restarted peer may have moved
-            out = _HANDLERS[header.msg_type](self, header, body, src, now)
+            out = self._on_restart(header.sender, now) if self._replay.restarted else []
+            out += _HANDLERS[header.msg_type](self, header, body, src, now)
             if self.detector.suspects or self.detector.failed:
                 self._on_detector(out, self.detector.heard(header.sender, now), now)
             else:
@@ -285,6 +286,23 @@ class Node:
             return out
         except DecodeError as exc:
             return self._drop(exc.reason)
+
+    def _on_restart(self, member: int, now: float) -> list[Action]:
+        """A datagram from a new boot of ``member``: the process we knew is
+        gone (its state, streams and promises with it), whatever its new self
+        says. Every group that holds it excludes it as failed; the new
+        incarnation comes back by merging. Without this, a survivor whose
+        coordinator restarted kept hearing it (evidence of life) while the
+        restarted members, which no longer list the survivor, ignored it:
+        the survivor waited in the old view for ever (found by the randomized
+        adversarial machine with restarts)."""
+        out: list[Action] = []
+        self._trace(out, "failed", target=member, reason="restart")
+        for state in list(self._groups.values()):
+            if member in state.view:
+                self._route(out, state, state.member_failed(member, now))
+                self._drain(out, state, now)
+        return out
 
     def handle_timeout(self, now: float) -> list[Action]:
         """Run every timer that is due at ``now``."""
@@ -490,9 +508,9 @@ class Node:
         state = self._member_group(head.group_tag)
         if state is None:
             return []
-        if header.msg_type is MsgType.BEACON and head.epoch == state.view.epoch \
-                and header.sender == state.agreement.coordinator():
-            return []  # our own coordinator's beacon: its member list is ours
+        if header.msg_type is MsgType.BEACON and state.confirmed_beacon == (header.sender, head.a, head.epoch) \
+                and head.epoch == state.view.epoch:
+            return []  # our coordinator's beacon, whose member list we found to be our view
         msg = decode_control_untrusted(body)
         out: list[Action] = []
         self._route(out, state, state.on_control(header.msg_type, header.sender, msg, now, header.boot >> 32))

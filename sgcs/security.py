@@ -112,6 +112,8 @@ class ReplayWindow:
         self.max_senders = max_senders
         self._state: dict[int, tuple[int, int, int]] = {}
         """sender -> (boot, highest counter, bitmap: bit i set = highest - i seen)."""
+        self.restarted = False
+        """The last datagram accepted came from a new boot of a sender we knew."""
 
     def __len__(self) -> int:
         return len(self._state)
@@ -119,11 +121,13 @@ class ReplayWindow:
     def accept(self, sender: int, boot: int, counter: int) -> bool:
         """Record the datagram and say whether it is new."""
         state = self._state.pop(sender, None)  # re-inserted below: dict order is recency
+        self.restarted = False
         if state is not None and boot == state[0]:
             state, accepted = self._slide(state, counter)
         elif state is None or boot >> 32 >= state[0] >> 32:
             # its first datagram, or a restart: a later incarnation, or a new
             # salt within one incarnation tick
+            self.restarted = state is not None
             state, accepted = (boot, counter, 1), True
         else:
             accepted = False  # an earlier incarnation's datagram

@@ -249,6 +249,8 @@ class AdversarialNetwork(RuleBasedStateMachine):
         self.delivered: dict[int, list[tuple[int, int]]] = {}
         self.causes: dict[tuple[int, int], set[tuple[int, int]]] = {}  # sender's past at send time
         self.final_sends: list[tuple[int, int]] = []
+        self.crashed: set[int] = set()
+        self.incarnations: dict[int, int] = {}
 
     @precondition(lambda self: not self.nodes)
     @rule(count=st.integers(3, 5))
@@ -285,7 +287,23 @@ class AdversarialNetwork(RuleBasedStateMachine):
     @precondition(lambda self: self.CRASHES and len(self.nodes) > 1)
     @rule(data=st.data())
     def crash(self, data: st.DataObject) -> None:
-        del self.nodes[data.draw(st.sampled_from(sorted(self.nodes)))]
+        node_id = data.draw(st.sampled_from(sorted(self.nodes)))
+        del self.nodes[node_id]
+        self.crashed.add(node_id)
+
+    @precondition(lambda self: self.crashed)
+    @rule(data=st.data())
+    def restart(self, data: st.DataObject) -> None:
+        """A crashed node comes back with fresh state and the next incarnation,
+        and joins again by discovery (its old streams are not resumed)."""
+        node_id = data.draw(st.sampled_from(sorted(self.crashed)))
+        self.crashed.discard(node_id)
+        self.incarnations[node_id] = self.incarnations.get(node_id, 0) + 1
+        incarnation = self.incarnations[node_id]
+        self.nodes[node_id] = Node(node_id, CONFIG, random.Random(f"{node_id}:{incarnation}"),
+                                   resolve=lambda n: n, trace=True, incarnation=incarnation)
+        self.delivered[node_id] = []  # a new incarnation has a history of its own
+        self._route(node_id, self.nodes[node_id].join("g", self.now, order=self.ORDER))
 
     @rule(step=st.floats(0.0, 2.0))
     def advance(self, step: float) -> None:
@@ -330,9 +348,15 @@ class AdversarialNetwork(RuleBasedStateMachine):
 
     @invariant()
     def nothing_is_dropped_as_garbage(self) -> None:
-        for node in self.nodes.values():  # duplicated datagrams are refused as replays; nothing else
+        # Duplicated datagrams are refused as replays; nothing else, except that
+        # a restarted sender's stream (numbered from incarnation << 32) lies
+        # beyond the window of a member still holding its former stream, until
+        # the merge resets it. Anything else would be an honest datagram taken
+        # for garbage.
+        expected = {"replay"} | ({"beyond_window"} if self.incarnations else set())
+        for node in self.nodes.values():
             stats = node.statistics()
-            assert stats.dropped == stats.drop_reasons.get("replay", 0), stats.drop_reasons
+            assert set(stats.drop_reasons) <= expected, stats.drop_reasons
 
     def teardown(self) -> None:
         """Heal the network: no more loss or reordering. The survivors must then
@@ -341,19 +365,20 @@ class AdversarialNetwork(RuleBasedStateMachine):
         in that view must reach every survivor."""
         if not self.nodes:
             return
-        self._run_healed(lambda: len({n.view("g") for n in self.nodes.values()}) == 1
-                         and next(iter(self.nodes.values())).view("g")[1] == tuple(sorted(self.nodes))
-                         and not any(n.changing_view("g") for n in self.nodes.values()))
+        self._run_healed(self._settled)
         for i in sorted(self.nodes):
             self.send_from(i)
         expected = set(self.final_sends)
-        try:
-            self._run_healed(lambda: all(expected <= set(self.delivered[i]) for i in self.nodes))
-        except AssertionError as exc:
-            # Open bug, seen only in some full-suite runs (never in this file
-            # alone): after the views converge, a final message can sit received
-            # (contiguous) at a member yet never be delivered. Reported, not hidden.
-            pytest.xfail(f"open bug, final message not delivered after convergence: {exc}")
+        self._run_healed(lambda: all(expected <= set(self.delivered[i]) for i in self.nodes))
+
+    def _settled(self) -> bool:
+        """One view of exactly the survivors, no change under way, and no
+        verdict left to act on (a suspicion from the hostile phase may still
+        exclude a member, and its messages from before the change with it)."""
+        nodes = self.nodes.values()
+        return len({n.view("g") for n in nodes}) == 1 \
+            and next(iter(nodes)).view("g")[1] == tuple(sorted(self.nodes)) \
+            and not any(n.changing_view("g") or n.detector.suspects or n.detector.failed for n in nodes)
 
     def send_from(self, sender: int) -> None:
         actions = self.nodes[sender].multicast("g", b"final", self.now)
@@ -376,16 +401,13 @@ class AdversarialNetwork(RuleBasedStateMachine):
         raise AssertionError(f"no convergence after healing: views {views}; held back: {stuck}")
 
 
-# CI runs a fixed set of examples (derandomize): random exploration of these
-# machines can hit an open invariant-7 corner of view changes (see the strict
-# xfails in test_membership_properties.py). Explore with SGCS_ADVERSARIAL_EXAMPLES=N.
+# Fresh random examples in every run (the seed is in the session header);
+# explore longer with SGCS_ADVERSARIAL_EXAMPLES=N or benchmarks/explore.py.
 EXPLORE = int(os.environ.get("SGCS_ADVERSARIAL_EXAMPLES", "0"))
 
 
 def _settings(examples: int, steps: int) -> settings:
-    if EXPLORE:
-        return settings(max_examples=EXPLORE, stateful_step_count=steps, deadline=None)
-    return settings(max_examples=examples, stateful_step_count=steps, deadline=None, derandomize=True, database=None)
+    return settings(max_examples=EXPLORE or examples, stateful_step_count=steps, deadline=None, print_blob=True)
 
 
 AdversarialNetwork.TestCase.settings = _settings(60, 40)

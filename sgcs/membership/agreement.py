@@ -422,7 +422,11 @@ class ViewAgreement:
         since no later trigger may come (its verdict was the trigger, and it
         was spent on the change just installed)."""
         self.previous, self.view = self.view, commit.view
-        self.failed &= set(self.view.members)
+        # Only the coordinator acts on verdicts: one it kept in the view
+        # overrules ours (its own detector watches it). A verdict we keep
+        # would exclude a live member the day we coordinate; the node's
+        # detector watches it afresh instead, and finds it again if it is dead.
+        self.failed &= set(self.view.members) if commit.coordinator == self.me else set()
         self.leaving &= set(self.view.members)
         self.suspected &= set(self.view.members)
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
@@ -495,7 +499,7 @@ class ViewAgreement:
             if coordination.commit is None and now >= coordination.deadline:
                 out += self._drop_silent(now)
             elif coordination.commit is not None and now >= coordination.deadline:
-                self.coordination = None  # those who missed the commit will be found by the detector
+                out += self._drop_uninstalled(coordination, now)
             elif now >= coordination.repeat_at:
                 out += self._repeat(coordination, now)
         if self.commit_wait is not None and now >= self.commit_wait and self.committing is None:
@@ -535,6 +539,20 @@ class ViewAgreement:
         self.coordination = None
         return self._propose(members, now)
 
+    def _drop_uninstalled(self, coordination: _Coordination, now: float) -> list[AgreementOut]:
+        """The commit went out ``view_timeout`` ago, repeated to whoever did not
+        answer INSTALLED: a member still silent did not install the view (it
+        gave the change up for another one, or its INSTALLED replies were all
+        lost). Its detector may hear it alive for ever, so it is excluded now
+        and merges back by beacons: a view installed by only some of its
+        members lasts at most ``view_timeout`` past its commit."""
+        missing = set(coordination.proposal.members) - coordination.installed - {self.me}
+        self.coordination = None
+        if coordination.proposal.epoch != self.view.epoch:
+            return []  # we moved on ourselves
+        self.failed |= {m for m in missing if m in self.view}
+        return self.reconsider(now) if missing else []
+
     def _take_over(self, now: float) -> list[AgreementOut]:
         """No commit came: the coordinator may be gone. The lowest other live
         member of the proposal that we know takes over and proposes what it
@@ -560,6 +578,11 @@ class ViewAgreement:
         return min(deadlines) if deadlines else None
 
     def beacon(self, incarnation: int, order_code: int) -> CtlSend:
+        """Our view's live members: a member we know failed or leaving is not
+        offered to a merging coordinator (which would wait for its flush,
+        drop it, hear it in our next beacon, and propose it again)."""
+        gone = self.failed | self.leaving
+        live = self.view.members if not gone else tuple(m for m in self.view.members if m not in gone)
         body = encode_control(Control(self.tag, self.view.epoch, 0, incarnation, order_code,
-                                      (tuple((m, 0) for m in self.view.members),)))
+                                      (tuple((m, 0) for m in live),)))
         return CtlSend(None, MsgType.BEACON, body)
