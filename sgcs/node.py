@@ -132,7 +132,11 @@ class Node:
         trace: bool = False,
         incarnation: int = 0,
         salt: int = 0,
+        now: float = 0.0,
     ) -> None:
+        """``now``: the node's clock at creation. Clocks are local: every
+        ``now`` a node is given is on its own clock, and no two nodes' clocks
+        need agree (the simulator gives each its own offset and drift)."""
         if not 0 <= node_id < 2**63:
             raise UsageError(f"node id must be in [0, 2**63), got {node_id}")
         if not 0 <= incarnation < 2**31:
@@ -154,7 +158,7 @@ class Node:
         self._drops: dict[str, int] = {}
         self.detector = FailureDetector(node_id, FdParams(
             config.gossip_interval, config.suspect_factor, config.probe_count, config.probe_interval,
-            config.ask_count, config.ask_timeout), rng, 0.0)
+            config.ask_count, config.ask_timeout), rng, now)
         self._watch_started = False
 
     # ------------------------------------------------------------------ commands

@@ -73,7 +73,7 @@ def join_groups(sim: "Simulator", node_id: int, now: float,
         group.joined.add(node_id)
         group.changed()
         spec = group.spec
-        sim.apply(node_id, node.join(spec.name, now, order=spec.order, members=members), now)
+        sim.apply(node_id, node.join(spec.name, sim.local(node_id, now), order=spec.order, members=members), now)
     sim.rearm(node_id, now)
 
 
@@ -129,7 +129,7 @@ def _leave(sim: "Simulator", fault: Fault, now: float) -> None:
         sim.in_groups[node_id] = False
         for group in sim.groups_of[node_id]:
             if node_id in group.joined:
-                sim.apply(node_id, node.leave(group.spec.name, now), now)
+                sim.apply(node_id, node.leave(group.spec.name, sim.local(node_id, now)), now)
                 group.joined.discard(node_id)  # after the fan-out: the leave reaches the others
         sim.membership_changed()
 

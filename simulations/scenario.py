@@ -44,7 +44,7 @@ SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 """Shipped scenarios (package data next to this module)."""
 
 _TOP_KEYS = ("seed", "nodes", "duration", "network", "protocol", "groups", "faults")
-_NETWORK_KEYS = ("latency_ms", "loss", "duplicate")
+_NETWORK_KEYS = ("latency_ms", "loss", "duplicate", "clock_offset_s", "clock_drift_ppm")
 _LATENCY_KEYS = ("median", "sigma")
 _GROUP_KEYS = ("name", "order", "members", "rate", "size")
 
@@ -59,6 +59,13 @@ class NetworkSpec:
     """Probability that one datagram to one receiver is lost."""
     duplicate: float = 0.0
     """Probability that one receiver gets a second copy (its own delay)."""
+    clock_offset_s: float = 1_000.0
+    """Each node's clock reads simulated time plus an offset drawn uniformly
+    from [0, this): real nodes never share a clock (trio even starts each
+    process's clock at a random offset), so nothing may assume they do."""
+    clock_drift_ppm: float = 100.0
+    """Each node's clock runs fast or slow by up to this many parts per
+    million (uniform), as quartz clocks do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +109,8 @@ class Scenario:
                 "latency_ms": {"median": net.latency_median_ms, "sigma": net.latency_sigma},
                 "loss": net.loss,
                 "duplicate": net.duplicate,
+                "clock_offset_s": net.clock_offset_s,
+                "clock_drift_ppm": net.clock_drift_ppm,
             },
             "protocol": {k: _jsonable(v) for k, v in self.protocol.items() if k != "secret"},
             "groups": [
@@ -183,7 +192,9 @@ def _network(table: Any) -> NetworkSpec:
         sigma = number("network.latency_ms.sigma", latency["sigma"], 0.0, 5.0)
     loss = number("network.loss", table.get("loss", 0.0), 0.0, 1.0)
     duplicate = number("network.duplicate", table.get("duplicate", 0.0), 0.0, 1.0)
-    return NetworkSpec(median, sigma, loss, duplicate)
+    offset = number("network.clock_offset_s", table.get("clock_offset_s", default.clock_offset_s), 0.0, 1e9)
+    drift = number("network.clock_drift_ppm", table.get("clock_drift_ppm", default.clock_drift_ppm), 0.0, 10_000.0)
+    return NetworkSpec(median, sigma, loss, duplicate, offset, drift)
 
 
 def _protocol(table: Any) -> tuple[dict[str, Any], Config]:

@@ -32,6 +32,7 @@ Node lifecycles and faults live in ``lifecycle``.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from heapq import heappush
@@ -147,6 +148,9 @@ class Simulator:
         self.incarnation = [-1] * count
         """Starts of each node minus one; -1: never started."""
         self.timer_at: list[float | None] = [None] * count
+        self.clocks = [_node_clock(scenario, node_id) for node_id in range(count)]
+        """Per node (offset, rate): its clock reads offset + rate * t at simulated
+        time t. Every value handed to or taken from a node is on its own clock."""
         self.paused_until = [0.0] * count
         self.backlog: dict[int, list[tuple[int, bytes, str, int]]] = {}
         self.in_groups = [False] * count
@@ -192,7 +196,8 @@ class Simulator:
         incarnation = self.incarnation[node_id] + 1
         self.incarnation[node_id] = incarnation
         rng = random.Random(f"{self.scenario.seed}:{node_id}:{incarnation}")
-        node = Node(node_id, self.scenario.config, rng, resolve=_identity, trace=True, incarnation=incarnation)
+        node = Node(node_id, self.scenario.config, rng, resolve=_identity, trace=True, incarnation=incarnation,
+                    now=self.local(node_id, self.engine.now))
         self.nodes[node_id] = node
         self.timer_at[node_id] = None
         self._live = None
@@ -209,12 +214,28 @@ class Simulator:
                 on_action[type(action)](node_id, action, now)
         self.rearm(node_id, now)
 
+    def local(self, node_id: int, t: float) -> float:
+        """Simulated time ``t`` on ``node_id``'s clock."""
+        offset, rate = self.clocks[node_id]
+        return offset + rate * t
+
+    def simulated(self, node_id: int, local: float) -> float:
+        """The first simulated time at which ``node_id``'s clock reads ``local``
+        or later (rounding must never fire a timer before it is due: the
+        node would do nothing and ask for the same instant again)."""
+        offset, rate = self.clocks[node_id]
+        t = (local - offset) / rate
+        while offset + rate * t < local:
+            t = math.nextafter(t, math.inf)
+        return t
+
     def rearm(self, node_id: int, now: float) -> None:
         node = self.nodes[node_id]
-        deadline = node.next_deadline() if node is not None else None
-        if deadline is None:
+        local_deadline = node.next_deadline() if node is not None else None
+        if local_deadline is None:
             self.timer_at[node_id] = None
             return
+        deadline = self.simulated(node_id, local_deadline)
         if deadline < now:
             deadline = now
         if deadline != self.timer_at[node_id]:
@@ -244,7 +265,7 @@ class Simulator:
         if self.paused_until[dst] > t:
             self.backlog.setdefault(dst, []).append(packet)
             return
-        self.apply(dst, node.handle_datagram(packet[0], packet[1], t), t)
+        self.apply(dst, node.handle_datagram(packet[0], packet[1], self.local(dst, t)), t)
 
     def _timer(self, t: float, node_id: int, incarnation: int, _: Any) -> None:
         node = self.nodes[node_id]
@@ -253,7 +274,7 @@ class Simulator:
         self.timer_at[node_id] = None
         if self.paused_until[node_id] > t:
             return  # fires late: _resume re-arms it
-        self.apply(node_id, node.handle_timeout(t), t)
+        self.apply(node_id, node.handle_timeout(self.local(node_id, t)), t)
 
     def _app(self, t: float, _: int, group: GroupState, __: Any) -> None:
         self.engine.schedule(t + group.rng.expovariate(group.spec.rate), APP, -1, group)
@@ -272,12 +293,15 @@ class Simulator:
         node = self.nodes[node_id]
         ready: float | None = t
         while waiting and node is not None and group.spec.name in node.groups:
-            ready = node.send_ready_at(group.spec.name, t)
+            local_now = self.local(node_id, t)
+            local_ready = node.send_ready_at(group.spec.name, local_now)
+            ready = None if local_ready is None else t if local_ready <= local_now else \
+                self.simulated(node_id, local_ready)
             if ready is None or ready > t:
                 break
             self.counters.sends += 1
             self.counters.expected += len(group.joined)
-            self.apply(node_id, node.multicast(group.spec.name, group.payload, t), t)
+            self.apply(node_id, node.multicast(group.spec.name, group.payload, local_now), t)
             waiting -= 1
         if not waiting:
             return
@@ -309,7 +333,7 @@ class Simulator:
         self.membership_changed()  # the node may send again
         self.timer_at[node_id] = None  # an overdue timer is re-armed at t, after the backlog
         for src, data, _label, _size in self.backlog.pop(node_id, ()):
-            self.apply(node_id, node.handle_datagram(src, data, t), t)
+            self.apply(node_id, node.handle_datagram(src, data, self.local(node_id, t)), t)
         self.rearm(node_id, t)
 
     def _bucket(self, t: float, _: int, start: float, __: Any) -> None:
@@ -365,3 +389,11 @@ class Simulator:
 
 def _ignore(node_id: int, action: Any, now: float) -> None:
     """Views are traced by the node itself."""
+
+
+def _node_clock(scenario: Scenario, node_id: int) -> tuple[float, float]:
+    """A node's clock (offset, rate), drawn from the scenario seed: the host's
+    clock, kept across the node's restarts."""
+    rng = random.Random(f"{scenario.seed}:clock:{node_id}")
+    net = scenario.network
+    return rng.uniform(0.0, net.clock_offset_s), 1.0 + rng.uniform(-1.0, 1.0) * net.clock_drift_ppm * 1e-6

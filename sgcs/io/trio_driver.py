@@ -640,7 +640,7 @@ async def open_driver(config: Config, trace: str | os.PathLike[str] | None = Non
     # seed comes from the OS, so real runs differ from one another.
     incarnation, salt = _incarnation()
     node = Node(node_id, config, random.Random(_entropy.getrandbits(64)), trace=trace is not None,
-                incarnation=incarnation, salt=salt)
+                incarnation=incarnation, salt=salt, now=trio.current_time())
     recorder = None if trace is None else TraceRecorder(trace, node_id, config)
     sockets = await open_sockets(config)
     body_error: BaseException | None = None

@@ -334,10 +334,10 @@ class FailureDetector:
             self._counts["skipped"] += 1
             return []
         dimensions = math.ceil(math.log2(n))
-        # the dimension follows the clock, not a count of our own rounds: members
-        # that started or merged at different times still gossip along the
-        # same dimension in a round, so each receives exactly one heartbeat
-        r = int(now / self.params.gossip_interval + 1e-9) % dimensions + 1
+        # the dimension follows our own rounds: members share no clock, so
+        # they are out of phase and a member may get several heartbeats in a
+        # round and none in the next (README, "Clocks")
+        r = (self._round - 1) % dimensions + 1
         target = int(self.ids[(me + (1 << (r - 1))) % n])
         self._counts["sent"] += 1
         return [FdSend(target, MsgType.HEARTBEAT, encode_heartbeat(self.ids[i:i + MAX_HEARTBEAT_ENTRIES],

@@ -611,14 +611,15 @@ class ReliableStream:
 
     def _gossip(self, now: float) -> list[Out]:
         """This round's digest, to the hypercube target of level k = round mod depth.
-        The level comes from the clock, so members gossip the same level at
-        about the same time and a value climbs one level per round."""
+        The round is our own count: members share no clock (``now`` is local
+        to each node), so their cycles through the levels are out of phase and
+        a value may wait up to a cycle at each level (see README, "Clocks")."""
         self._collect_garbage()
         self._retire_quiet_senders()
         senders = self._digest_senders()
         if not senders or not self._levels:
             return []
-        k = int(now / self.params.gossip_interval) % len(self._levels)
+        k = (self._round - 1) % len(self._levels)
         target = self.members[(self._position + (1 << k)) % len(self.members)]
         floors = tuple((s, self._window_floor(s, k)) for s in senders)
         linger, sent = self._linger, ~(1 << k)
@@ -635,9 +636,9 @@ class ReliableStream:
         """A sender all stable here, whose lingering is over (every level sent
         once since), needs no stability state: 10,000 members each keeping it
         for every sender they ever heard would grow without bound. Its next
-        record aggregates afresh. (Levels are picked by the clock, and a late
-        timer can skip one for several cycles: counting rounds instead once
-        left a member that depends on the gossip without the last level.)"""
+        record aggregates afresh. (Lingering ends when every level went out
+        once, not after a count of rounds: a member depending on the gossip
+        was once left without the last level.)"""
         levels = (1 << len(self._levels)) - 1
         done = [s for s, pending in self._linger.items() if not pending & levels and not self._store.get(s)]
         for sender in done:
