@@ -421,7 +421,12 @@ class ViewAgreement:
         still in the view: as coordinator, start the change that drops it now,
         since no later trigger may come (its verdict was the trigger, and it
         was spent on the change just installed)."""
-        self.previous, self.view = self.view, commit.view
+        # A singleton we made alone (left out, or a cut given up) has no
+        # predecessor the others share: its lineage must not claim our old
+        # view, or a member still in that view would take our records since
+        # then (ones we rolled back, ones only we delivered) for its own view's
+        alone = commit.view.members == (self.me,) and not commit.cut
+        self.previous, self.view = None if alone else self.view, commit.view
         # Only the coordinator acts on verdicts: one it kept in the view
         # overrules ours (its own detector watches it). A verdict we keep
         # would exclude a live member the day we coordinate; the node's
