@@ -1,0 +1,186 @@
+"""An in-memory world of post offices for tests and the cost model.
+
+Theory of operation: each domain's :class:`PostOffice` runs unchanged; the
+"network" is a list of encoded envelopes in flight that the caller delivers,
+duplicates, drops or reorders one by one (or ``settle`` delivers them all).
+After every step a PO's changed records are committed to its *durable* dict
+before its outputs enter the network, exactly as the SQLite shell does, so
+``crash`` (forget the PO) and ``restart`` (``PostOffice.restore`` from the
+durable dict) model a kill -9 at any point between two steps.
+
+The hosts are folded in: an MI runs at the PO where ``location`` says; a move
+leaves it nowhere until the new PO reports its arrival. Every delivered mail
+id is recorded, so a test can check exactly-once and per-sender order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sgcs.errors import DecodeError
+
+from .messages import Envelope, Kind, Mail, decode_envelope_untrusted
+from .postoffice import PostOffice, Send, Settings
+
+
+@dataclass(slots=True)
+class InFlight:
+    source: int
+    to: int
+    data: bytes
+    kind: Kind
+
+
+@dataclass
+class World:
+    """Post offices of ``domains`` domains and the messages between them."""
+
+    domains: int
+    settings: Settings = field(default_factory=Settings)
+    now: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.durable: dict[int, dict[tuple[str, str], Any]] = {d: {} for d in range(self.domains)}
+        self.pos: dict[int, PostOffice | None] = {d: PostOffice(d, self.settings) for d in range(self.domains)}
+        self.flight: list[InFlight] = []
+        self.sent: Counter[str] = Counter()
+        """Inter-domain messages sent, by kind."""
+        self.sent_bytes: Counter[str] = Counter()
+        self.location: dict[str, int | None] = {}
+        self.delivered: dict[str, list[Mail]] = {}
+        """Per receiver, the mails its pulls returned, in order."""
+        self.garbage = 0
+
+    # --- the hosts' side ----------------------------------------------------------
+
+    def create(self, domain: int, name: str) -> None:
+        self._emit(domain, self._po(domain).create_mi(name, self.now))
+        self.location[name] = domain
+        self.delivered[name] = []
+
+    def send(self, sender: str, receiver: str, content: bytes = b"", title: str = "") -> None:
+        domain = self._where(sender)
+        self._emit(domain, self._po(domain).send_mail(sender, receiver, title, content, self.now))
+
+    def move(self, name: str, to: int) -> None:
+        domain = self._where(name)
+        self._emit(domain, self._po(domain).move(name, to, self.now))
+        self.location[name] = None
+
+    def pull(self, name: str) -> list[Mail]:
+        domain = self._where(name)
+        mails, sends = self._po(domain).pull(name, self.now)
+        self._emit(domain, sends)
+        self.delivered[name].extend(mails)
+        return mails
+
+    def up(self, domain: int) -> bool:
+        return self.pos[domain] is not None
+
+    # --- the network's side ---------------------------------------------------------
+
+    def deliver(self, index: int = 0, *, duplicate: bool = False) -> None:
+        item = self.flight[index] if duplicate else self.flight.pop(index)
+        po = self.pos[item.to]
+        if po is None:
+            return  # the PO is down: the datagram is lost
+        try:
+            envelope = decode_envelope_untrusted(item.data)
+        except DecodeError:
+            self.garbage += 1
+            return
+        self._emit(item.to, po.receive(envelope, self.now))
+        for name in po.take_arrived():
+            self.location[name] = item.to
+
+    def drop(self, index: int = 0) -> None:
+        self.flight.pop(index)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for domain, po in self.pos.items():
+            if po is not None:
+                self._emit(domain, po.tick(self.now))
+
+    def crash(self, domain: int) -> None:
+        self.pos[domain] = None
+
+    def restart(self, domain: int) -> None:
+        records = [(t, k, v) for (t, k), v in self.durable[domain].items()]
+        self.pos[domain] = PostOffice.restore(domain, records, self.now, self.settings)
+        self._emit(domain, self.pos[domain].tick(self.now))  # type: ignore[union-attr]
+
+    def settle(self, rng: random.Random | None = None, max_rounds: int = 200) -> None:
+        """Deliver everything (in random order with ``rng``) and let retries
+        run until nothing is in flight and nothing is pending."""
+        for _ in range(max_rounds):
+            while self.flight:
+                self.deliver(rng.randrange(len(self.flight)) if rng else 0)
+            if not self.busy():
+                return
+            self.advance(self.settings.retry_max)
+        raise AssertionError(f"the world did not settle: {self.pending_summary()}")
+
+    def busy(self) -> bool:
+        return bool(self.flight) or any(
+            po is not None and (po.outbox or po.control or po.queries) for po in self.pos.values()
+        ) or any(where is None for where in self.location.values())
+
+    def pending_summary(self) -> str:
+        parts = []
+        for d, po in self.pos.items():
+            if po is not None:
+                parts.append(f"po{d}: out={len(po.outbox)} ctl={sorted(po.control)} q={sorted(po.queries)}")
+        return "; ".join(parts) + f"; in transit={[n for n, w in self.location.items() if w is None]}"
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _po(self, domain: int) -> PostOffice:
+        po = self.pos[domain]
+        if po is None:
+            raise RuntimeError(f"post office {domain} is down")
+        return po
+
+    def _where(self, name: str) -> int:
+        where = self.location[name]
+        if where is None:
+            raise RuntimeError(f"MI {name} is moving")
+        return where
+
+    def _emit(self, domain: int, sends: list[Send]) -> None:
+        po = self._po(domain)
+        durable = self.durable[domain]
+        for table, key, value in po.take_dirty():  # commit before anything leaves
+            if value is None:
+                durable.pop((table, key), None)
+            else:
+                durable[(table, key)] = value
+        for send in sends:
+            data = send.envelope.encode()
+            self.sent[send.envelope.kind.value] += 1
+            self.sent_bytes[send.envelope.kind.value] += len(data)
+            self.flight.append(InFlight(domain, send.to, data, send.envelope.kind))
+
+
+def check_exactly_once(world: World, sent: dict[tuple[str, str], int]) -> list[str]:
+    """Problems with what was delivered: ``sent[(sender, receiver)]`` mails
+    were sent; each must be delivered once, in seq order."""
+    problems = []
+    for receiver, mails in world.delivered.items():
+        per_sender: dict[str, list[int]] = {}
+        for mail in mails:
+            per_sender.setdefault(mail.sender, []).append(mail.seq)
+        for sender, seqs in per_sender.items():
+            expected = list(range(sent.get((sender, receiver), 0)))
+            if seqs != expected:
+                problems.append(f"{sender}->{receiver}: delivered {seqs[:20]}..., expected 0..{len(expected) - 1}")
+    for (sender, receiver), count in sent.items():
+        if count and not any(m.sender == sender for m in world.delivered.get(receiver, [])):
+            problems.append(f"{sender}->{receiver}: none of {count} delivered")
+    return problems
+
+
+__all__ = ["World", "InFlight", "Envelope", "check_exactly_once"]
