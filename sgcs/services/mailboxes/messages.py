@@ -105,15 +105,17 @@ class MIState:
     next_expected: dict[str, int] = field(default_factory=dict)
     """Per sender, the seq of the next mail this MI will deliver."""
     app_state: bytes = b""
+    delivered: int = 0
+    """Mails this MI has pulled in its life: the position of each in its delivery order."""
 
     def to_json(self) -> list[Any]:
         return [self.name, self.epoch, self.next_seq, self.next_expected,
-                base64.b64encode(self.app_state).decode("ascii")]
+                base64.b64encode(self.app_state).decode("ascii"), self.delivered]
 
     @staticmethod
     def from_json(value: Any) -> MIState:
-        v = _list(value, 5)
-        return MIState(_name(v[0]), _nat(v[1]), _counters(v[2]), _counters(v[3]), _b64(v[4], MAX_APP_STATE))
+        v = _list(value, 6)
+        return MIState(_name(v[0]), _nat(v[1]), _counters(v[2]), _counters(v[3]), _b64(v[4], MAX_APP_STATE), _nat(v[5]))
 
 
 class Kind(str, Enum):

@@ -214,7 +214,8 @@ class PostOffice:
                     break
                 self._dirty[("mail", _mail_key(mail.key))] = None
                 if self.settings.log_deliveries:
-                    self._dirty[("dlog", _mail_key(mail.key))] = 1
+                    self._dirty[("dlog", _mail_key(mail.key))] = [state.delivered]
+                state.delivered += 1
                 out.append(mail)
                 expected += 1
             state.next_expected[sender] = expected
