@@ -356,7 +356,10 @@ class PostOffice:
             return "ack"
         tomb = self.tombstones.get(mail.receiver)
         if tomb is not None:
-            if mail.key not in self.outbox:
+            entry = self.outbox.get(mail.key)
+            if entry is None or entry[1] != tomb[0]:
+                # we take the duty on (again): even a mail already in our outbox is
+                # re-aimed, so that an ack from its old target cannot drop it
                 self._counts["forwarded_late"] += 1
                 self._put_out(mail, tomb[0], now)
             return "ack"
@@ -365,7 +368,10 @@ class PostOffice:
     def _on_mail_ack(self, source: int, body: Any, now: float) -> None:
         for key in body[0]:
             k = (key[0], key[1], key[2])
-            if k in self.outbox:  # whoever acknowledged it now holds it durably
+            entry = self.outbox.get(k)
+            # only the PO we last sent it to may relieve us: an older target's
+            # ack can come from a tombstone that handed the mail back to us
+            if entry is not None and entry[1] == source:
                 self._drop_out(k)
         for name, po, epoch in body[1]:
             self._learn(name, po, epoch, now)
