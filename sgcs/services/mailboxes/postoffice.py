@@ -152,6 +152,9 @@ class PostOffice:
         self.outbox: dict[Key, tuple[Mail, int]] = {}
         """Mails this PO must still hand on: mail -> target domain (-1: resolving)."""
         self.control: dict[str, Pending] = {}
+        self.seen: dict[str, int] = {}
+        """Per MI, the highest epoch that ever arrived here: a late duplicate
+        MIGRATE (its tombstone long expired) must not raise a ghost."""
         self.queries: dict[str, Pending] = {}
         self._timers: dict[tuple[str, Any], float] = {}
         self._attempts: dict[tuple[str, Any], int] = {}
@@ -297,6 +300,8 @@ class PostOffice:
                 po._schedule("tomb", key, now + po.settings.tombstone_lifetime)
             elif table == "home":
                 po.home[key] = (value[0], value[1])
+            elif table == "seen":
+                po.seen[key] = value
             elif table == "book":
                 po.book[key] = (value[0], value[1])
             elif table == "out":
@@ -405,13 +410,15 @@ class PostOffice:
         state = MIState.from_json(body)
         box = self.mailboxes.get(state.name)
         tomb = self.tombstones.get(state.name)
-        if (box is not None and box.epoch >= state.epoch) or (tomb is not None and tomb[1] >= state.epoch):
+        if self.seen.get(state.name, -1) >= state.epoch:
             return  # a duplicate: our DEREG for it is pending or done
         if box is not None:
             return  # our old mailbox here still awaits its DEREG (reordered): the MIGRATE is retried
         if tomb is not None:
             del self.tombstones[state.name]
             self._dirty[("tomb", state.name)] = None
+        self.seen[state.name] = state.epoch
+        self._dirty[("seen", state.name)] = state.epoch
         self._set_mailbox(state.name, Mailbox(state.epoch, complete=False, predecessor=source))
         self._set_mi(state)
         self.arrived.append(state.name)
