@@ -512,18 +512,18 @@ class PostOffice:
     # --- addressing and the outbox -------------------------------------------------
 
     def _resolve(self, receiver: str) -> int:
-        """The three-step addressing (plus our own tombstone): a domain, or -1
-        while the home must be asked."""
+        """The three-step addressing: our active mailboxes, then the newest
+        address we hold (address book, our own tombstone, or, at the home,
+        the source mailbox); -1 when the home must be asked."""
         if receiver in self.mailboxes:
             return self.domain
+        best: tuple[int, int] | None = None
+        for known in (self.book.get(receiver), self.tombstones.get(receiver), self.home.get(receiver)):
+            if known is not None and (best is None or known[1] > best[1]):
+                best = (known[1], known[0])
         if receiver in self.book:
             self.book.move_to_end(receiver)
-            return self.book[receiver][0]
-        if receiver in self.tombstones:
-            return self.tombstones[receiver][0]
-        if receiver in self.home:
-            return self.home[receiver][0]
-        return -1
+        return -1 if best is None else best[1]
 
     def _learn(self, name: str, po: int, epoch: int, now: float, force: bool = False) -> None:
         """An address for ``name``: keep it if newer; point waiting mails at it."""
@@ -536,8 +536,12 @@ class PostOffice:
         while len(self.book) > self.settings.book_max:
             old, _ = self.book.popitem(last=False)
             self._dirty[("book", old)] = None
+        # Only mails waiting for an address go now. A mail in flight to the
+        # old address stays aimed there: the old PO's tombstone forwards it
+        # (re-sending it now would cost a second inter-domain mail); its retry,
+        # if one is needed, resolves again.
         for key, (mail, target) in list(self.outbox.items()):
-            if key[0] == name and target != po:
+            if key[0] == name and target == -1:
                 self._retarget(key, po, now)
 
     def _put_out(self, mail: Mail, target: int, now: float) -> None:
@@ -558,8 +562,8 @@ class PostOffice:
     def _attempt(self, key: Key, now: float) -> None:
         """Try to hand on one outbox mail now, and retry it later."""
         mail, target = self.outbox[key]
-        self._backoff("out", key, now)
-        if target == -1:
+        retry = self._backoff("out", key, now) > 0
+        if target == -1 or retry:  # a retry uses the freshest address we know
             target = self._resolve(mail.receiver)
             if target == -1:
                 self._ask_home(mail.receiver, now)
