@@ -60,11 +60,12 @@ def tables(run_dir: str, domains: int, table: str) -> list[tuple[int, str, Any]]
     return rows
 
 
-def progress(run_dir: str, domains: int) -> tuple[int, int]:
-    states = [MIState.from_json(v) for _, _, v in tables(run_dir, domains, "mi")]
-    states += [MIState.from_json(v[2]) for _, k, v in tables(run_dir, domains, "ctl") if k.startswith("mig|")]
-    sent = sum(sum(s.next_seq.values()) for s in {s.name: s for s in states}.values())
-    return sent, len(tables(run_dir, domains, "dlog"))
+def progress(run_dir: str, domains: int) -> tuple[int, int, int]:
+    """Mails sent, mails delivered, MIs settled in a post office (not moving)."""
+    settled = [MIState.from_json(v) for _, _, v in tables(run_dir, domains, "mi")]
+    moving = [MIState.from_json(v[2]) for _, k, v in tables(run_dir, domains, "ctl") if k.startswith("mig|")]
+    sent = sum(sum(s.next_seq.values()) for s in {s.name: s for s in settled + moving}.values())
+    return sent, len(tables(run_dir, domains, "dlog")), len({s.name for s in settled})
 
 
 def check(run_dir: str, domains: int, expected_mis: int) -> dict[str, int]:
@@ -129,7 +130,7 @@ def main() -> int:
         while time.monotonic() - t0 < args.timeout:
             time.sleep(0.2)
             now = time.monotonic()
-            sent, delivered = progress(run_dir, args.domains)
+            sent, delivered, settled = progress(run_dir, args.domains)
             if now >= next_report:
                 print(f"t={now - t0:6.1f}s sent {sent:>7} delivered {delivered:>7} kills {kills}", flush=True)
                 next_report = now + 5.0
@@ -145,7 +146,7 @@ def main() -> int:
                 procs[victim] = start(victim, args, run_dir, network)
                 victim = (victim + 1) % args.domains
                 next_kill = now + args.kill_every
-            if sent_done_at is not None and delivered >= quota:
+            if sent_done_at is not None and delivered >= quota and settled == args.domains * args.per_domain:
                 drained_at = now
                 break
     finally:

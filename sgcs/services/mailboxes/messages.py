@@ -238,9 +238,18 @@ def _mails(value: Any) -> list[Mail]:
     return [Mail.from_json(m) for m in _list(value)]
 
 
-def _key(value: Any) -> tuple[str, str, int]:
-    v = _list(value, 3)
-    return (_name(v[0]), _name(v[1]), _nat(v[2]))
+def _key(value: Any) -> tuple[str, str, int, int]:
+    """A mail id and the token of the holding it was sent from."""
+    v = _list(value, 4)
+    return (_name(v[0]), _name(v[1]), _nat(v[2]), _nat(v[3]))
+
+
+def _mail_items(value: Any) -> None:
+    """MAIL bodies: each item is a mail followed by its holding's token."""
+    for item in _list(value):
+        v = _list(item, 8)
+        Mail.from_json(v[:7])
+        _nat(v[7])
 
 
 def _address(value: Any) -> tuple[str, int, int]:
@@ -270,7 +279,7 @@ def _check_name_epoch(body: Any) -> None:
 
 
 _BODY_CHECKS: dict[Kind, Any] = {
-    Kind.MAIL: _mails,
+    Kind.MAIL: _mail_items,
     Kind.MAIL_ACK: _check_mail_ack,
     Kind.NACK: lambda body: [_key(k) for k in _list(body)],
     Kind.QUERY: _name,

@@ -61,6 +61,9 @@ from .messages import (
 )
 
 Key = tuple[str, str, int]
+OutEntry = tuple[Mail, int, int]
+"""An outbox entry: the mail, the domain it is aimed at (-1: resolving), and
+the token of this holding; only an ack that echoes the token releases it."""
 Record = tuple[str, str, Any]
 """(table, key, JSON value or None for deleted): the unit of durability."""
 
@@ -139,7 +142,7 @@ def _mail_key(key: Key) -> str:
 class PostOffice:
     """The post office of one domain (see the module docstring)."""
 
-    def __init__(self, domain: int, settings: Settings | None = None) -> None:
+    def __init__(self, domain: int, settings: Settings | None = None, incarnation: int = 0) -> None:
         if not isinstance(domain, int) or domain < 0:
             raise UsageError(f"domain must be a non-negative int, got {domain!r}")
         self.domain = domain
@@ -149,8 +152,10 @@ class PostOffice:
         self.tombstones: dict[str, tuple[int, int, float]] = {}
         self.home: dict[str, tuple[int, int]] = {}
         self.book: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        self.outbox: dict[Key, tuple[Mail, int]] = {}
-        """Mails this PO must still hand on: mail -> target domain (-1: resolving)."""
+        self.outbox: dict[Key, OutEntry] = {}
+        """Mails this PO must still hand on."""
+        self._token = incarnation << 32
+        """Tokens name holdings; the incarnation keeps a restarted PO from reissuing one."""
         self.control: dict[str, Pending] = {}
         self.seen: dict[str, int] = {}
         """Per MI, the highest epoch that ever arrived here: a late duplicate
@@ -283,9 +288,11 @@ class PostOffice:
         return [(table, key, value) for (table, key), value in dirty.items()]
 
     @classmethod
-    def restore(cls, domain: int, records: Iterable[Record], now: float, settings: Settings | None = None) -> PostOffice:
-        """A PO rebuilt from its committed records; every pending exchange is due now."""
-        po = cls(domain, settings)
+    def restore(cls, domain: int, records: Iterable[Record], now: float, settings: Settings | None = None,
+                incarnation: int = 0) -> PostOffice:
+        """A PO rebuilt from its committed records; every pending exchange is due
+        now. ``incarnation`` must grow with every restart (the shell keeps it)."""
+        po = cls(domain, settings, incarnation)
         boxes: dict[str, list[Any]] = {}
         mails: list[Mail] = []
         for table, key, value in records:
@@ -306,7 +313,7 @@ class PostOffice:
                 po.book[key] = (value[0], value[1])
             elif table == "out":
                 mail = Mail.from_json(value[0])
-                po.outbox[mail.key] = (mail, value[1])
+                po.outbox[mail.key] = (mail, value[1], value[2])
                 po._schedule("out", mail.key, now)
             elif table == "ctl":
                 po.control[key] = Pending(value[0], Kind(value[1]), value[2])
@@ -332,12 +339,12 @@ class PostOffice:
         hints: dict[str, list[Any]] = {}
         nacked: list[list[Any]] = []
         for value in body:
-            mail = Mail.from_json(value)
+            mail, token = Mail.from_json(value[:7]), value[7]
             outcome = self._accept(mail, now)
             if outcome == "nack":
-                nacked.append(list(mail.key))
+                nacked.append([*mail.key, token])
             elif outcome == "ack":
-                acked.append(list(mail.key))
+                acked.append([*mail.key, token])
                 tomb = self.tombstones.get(mail.receiver)
                 if tomb is not None and mail.receiver not in self.mailboxes:
                     hints[mail.receiver] = [mail.receiver, tomb[0], tomb[1]]
@@ -361,12 +368,11 @@ class PostOffice:
             return "ack"
         tomb = self.tombstones.get(mail.receiver)
         if tomb is not None:
-            entry = self.outbox.get(mail.key)
-            if entry is None or entry[1] != tomb[0]:
-                # we take the duty on (again): even a mail already in our outbox is
-                # re-aimed, so that an ack from its old target cannot drop it
-                self._counts["forwarded_late"] += 1
-                self._put_out(mail, tomb[0], now)
+            # We take the duty on under a fresh token, even for a mail already
+            # in our outbox: an ack still in flight for the old holding may come
+            # from a PO that handed the mail back to us, and must not release it.
+            self._counts["forwarded_late"] += 1
+            self._put_out(mail, tomb[0], now)
             return "ack"
         return "nack"
 
@@ -374,9 +380,7 @@ class PostOffice:
         for key in body[0]:
             k = (key[0], key[1], key[2])
             entry = self.outbox.get(k)
-            # only the PO we last sent it to may relieve us: an older target's
-            # ack can come from a tombstone that handed the mail back to us
-            if entry is not None and entry[1] == source:
+            if entry is not None and entry[2] == key[3]:  # this very holding was taken on
                 self._drop_out(k)
         for name, po, epoch in body[1]:
             self._learn(name, po, epoch, now)
@@ -385,15 +389,15 @@ class PostOffice:
         for key in body:
             k = (key[0], key[1], key[2])
             entry = self.outbox.get(k)
-            if entry is None or entry[1] != source:
+            if entry is None or entry[1] != source or entry[2] != key[3]:
                 continue
             if self.book.get(k[0], (None,))[0] == source:
                 del self.book[k[0]]
                 self._dirty[("book", k[0])] = None
             # resolve again at the next retry, not now: a stale home would
             # otherwise bounce the mail between us and the old PO at network speed
-            self.outbox[k] = (entry[0], -1)
-            self._dirty[("out", _mail_key(k))] = [entry[0].to_json(), -1]
+            self.outbox[k] = (entry[0], -1, entry[2])
+            self._dirty[("out", _mail_key(k))] = [entry[0].to_json(), -1, entry[2]]
 
     def _on_query(self, source: int, name: str, now: float) -> None:
         po, epoch = self.home.get(name, (-1, 0))
@@ -540,18 +544,18 @@ class PostOffice:
         # old address stays aimed there: the old PO's tombstone forwards it
         # (re-sending it now would cost a second inter-domain mail); its retry,
         # if one is needed, resolves again.
-        for key, (mail, target) in list(self.outbox.items()):
+        for key, (mail, target, _) in list(self.outbox.items()):
             if key[0] == name and target == -1:
                 self._retarget(key, po, now)
 
     def _put_out(self, mail: Mail, target: int, now: float) -> None:
-        self.outbox[mail.key] = (mail, target)
-        self._dirty[("out", _mail_key(mail.key))] = [mail.to_json(), target]
+        self._token += 1
+        self.outbox[mail.key] = (mail, target, self._token)
+        self._dirty[("out", _mail_key(mail.key))] = [mail.to_json(), target, self._token]
         self._attempt(mail.key, now)
 
     def _retarget(self, key: Key, target: int, now: float) -> None:
-        mail, _ = self.outbox[key]
-        self._put_out(mail, target, now)
+        self._put_out(self.outbox[key][0], target, now)
 
     def _drop_out(self, key: Key) -> None:
         del self.outbox[key]
@@ -561,7 +565,7 @@ class PostOffice:
 
     def _attempt(self, key: Key, now: float) -> None:
         """Try to hand on one outbox mail now, and retry it later."""
-        mail, target = self.outbox[key]
+        mail, target, token = self.outbox[key]
         retry = self._backoff("out", key, now) > 0
         if target == -1 or retry:  # a retry uses the freshest address we know
             target = self._resolve(mail.receiver)
@@ -579,18 +583,18 @@ class PostOffice:
             # a stale home record or book pointed here: follow our tombstone, or ask again
             target = tomb[0] if tomb is not None else -1
         if target != self.outbox[key][1]:
-            self.outbox[key] = (mail, target)
-            self._dirty[("out", _mail_key(key))] = [mail.to_json(), target]
+            self.outbox[key] = (mail, target, token)
+            self._dirty[("out", _mail_key(key))] = [mail.to_json(), target, token]
         if target >= 0:
-            self._batch(target, mail)
+            self._batch(target, [*mail.to_json(), token])
 
-    def _batch(self, target: int, mail: Mail) -> None:
+    def _batch(self, target: int, item: list[Any]) -> None:
         """Mails to one PO in one step share MAIL messages."""
         for send in reversed(self._sends[-4:]):
             if send.to == target and send.envelope.kind is Kind.MAIL and len(send.envelope.body) < self.settings.batch_max:
-                send.envelope.body.append(mail.to_json())
+                send.envelope.body.append(item)
                 return
-        self._send(target, Kind.MAIL, [mail.to_json()])
+        self._send(target, Kind.MAIL, [item])
 
     def _ask_home(self, name: str, now: float) -> None:
         if name in self.queries:

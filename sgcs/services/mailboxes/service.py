@@ -73,6 +73,9 @@ class PostOfficeService:
         """domain -> (incarnation, member id) of the PO serving it."""
         self._outgoing_send, self._outgoing = trio.open_memory_channel[Send](OUTGOING_MAX)
         self._arrival = trio.Event()
+        trace_dir = os.environ.get("SGCS_MAILBOX_TRACE")  # a debugging aid: one line per envelope
+        self._trace = open(os.path.join(trace_dir, f"trace-po{domain}-{incarnation}.txt"), "a", buffering=1) \
+            if trace_dir else None
         self.counters = {"garbage": 0, "unroutable": 0, "payloads_sent": 0, "duplicated": 0, "delayed": 0}
 
     # --- the API a workflow engine uses -----------------------------------------------
@@ -129,6 +132,10 @@ class PostOfficeService:
         """Hand MI ``name`` and its state to the PO of ``to_domain``."""
         await self._step(lambda now: self._po.move(name, to_domain, now, app_state))
 
+    def has_home_record(self, name: str) -> bool:
+        """True if ``name`` was created here (this PO is its home and knows it)."""
+        return name in self._po.home
+
     def running(self) -> list[str]:
         """MIs that run here now."""
         return sorted(self._po.mis)
@@ -142,6 +149,10 @@ class PostOfficeService:
         """Return once an MI arrives here (or at once if one did since the last call)."""
         await self._arrival.wait()
         self._arrival = trio.Event()
+
+    def peers(self) -> dict[int, int]:
+        """The member id serving each other domain, as far as the hellos told us."""
+        return {domain: member for domain, (_, member) in self._members.items()}
 
     def statistics(self) -> dict[str, object]:
         return {"post_office": self._po.statistics(), **self.counters, "members": dict(self._members)}
@@ -200,6 +211,8 @@ class PostOfficeService:
             except DecodeError:
                 self.counters["garbage"] += 1
                 continue
+            if self._trace is not None:
+                self._trace.write(f"{now:.3f} recv {envelope.kind.value} from {envelope.source} {json.dumps(envelope.body)[:3000]}\n")
             sends += self._po.receive(envelope, now)
         return sends
 
@@ -228,6 +241,9 @@ class PostOfficeService:
                     break
             by_target: dict[int, list[bytes]] = {}
             for send in batch:
+                if self._trace is not None:
+                    self._trace.write(f"{trio.current_time():.3f} send {send.envelope.kind.value} to {send.to} "
+                                      f"{json.dumps(send.envelope.body)[:3000]}\n")
                 by_target.setdefault(send.to, []).append(send.envelope.encode())
             for target, lines in by_target.items():
                 for payload in _pack(lines):
@@ -285,7 +301,7 @@ async def open_post_office(domain: int, config: sgcs.Config, path: str | os.Path
     store = Store(path)
     try:
         incarnation = store.next_incarnation()
-        po = PostOffice.restore(domain, store.load(), trio.current_time(), settings)
+        po = PostOffice.restore(domain, store.load(), trio.current_time(), settings, incarnation)
         async with sgcs.open_node(config) as node, node.join(f"mailboxes:{system}") as group:
             async with trio.open_nursery() as nursery:
                 service = PostOfficeService(domain, group, store, po, incarnation, faults or Faults(), nursery)

@@ -15,6 +15,7 @@ id is recorded, so a test can check exactly-once and per-sender order.
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class World:
         self.delivered: dict[str, list[Mail]] = {}
         """Per receiver, the mails its pulls returned, in order."""
         self.garbage = 0
+        self.incarnations = {d: 0 for d in range(self.domains)}
 
     # --- the hosts' side ----------------------------------------------------------
 
@@ -109,8 +111,9 @@ class World:
         self.pos[domain] = None
 
     def restart(self, domain: int) -> None:
-        records = [(t, k, v) for (t, k), v in self.durable[domain].items()]
-        self.pos[domain] = PostOffice.restore(domain, records, self.now, self.settings)
+        records = [(t, k, json.loads(v)) for (t, k), v in self.durable[domain].items()]
+        self.incarnations[domain] += 1
+        self.pos[domain] = PostOffice.restore(domain, records, self.now, self.settings, self.incarnations[domain])
         self._emit(domain, self.pos[domain].tick(self.now))  # type: ignore[union-attr]
 
     def settle(self, rng: random.Random | None = None, max_rounds: int = 200) -> None:
@@ -156,8 +159,8 @@ class World:
         for table, key, value in po.take_dirty():  # commit before anything leaves
             if value is None:
                 durable.pop((table, key), None)
-            else:
-                durable[(table, key)] = value
+            else:  # serialised now, as SQLite does: later changes must be committed again
+                durable[(table, key)] = json.dumps(value)
         for send in sends:
             data = send.envelope.encode()
             self.sent[send.envelope.kind.value] += 1

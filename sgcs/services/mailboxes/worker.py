@@ -61,9 +61,10 @@ async def run(args: argparse.Namespace) -> None:
     faults = Faults(duplicate=args.duplicate, reorder=args.reorder, seed=rng.randrange(2**32))
     path = os.path.join(args.dir, f"po{args.domain}.db")
     async with open_post_office(args.domain, config, path, settings=settings, faults=faults) as po:
-        if po.incarnation == 1:
-            for k in range(args.per_domain):
-                await po.create_mi(make_name("wf", args.domain, "h", f"mi{k}"))
+        for k in range(args.per_domain):  # a kill may come before the creations commit
+            name = make_name("wf", args.domain, "h", f"mi{k}")
+            if not po.has_home_record(name):
+                await po.create_mi(name)
         stay_until: dict[str, float] = {}
         stop_file = os.path.join(args.dir, "stop_moving")
         while True:
