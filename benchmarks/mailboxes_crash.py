@@ -99,6 +99,7 @@ def check(run_dir: str, domains: int, expected_mis: int) -> dict[str, int]:
     lost = sum(1 for (s, r), n in sent.items() for q in range(n) if (s, r, q) not in delivered_ids)
     phantom = sum(1 for s, r, q in delivered_ids if q >= sent.get((s, r), 0))
     return {"mis_found": len(states), "mis_expected": expected_mis, "mis_in_two_places": twice,
+            "moves": sum(s.epoch for s in states.values()),
             "sent": sum(sent.values()), "delivered": len(delivered_ids), "lost": lost,
             "duplicated": duplicated, "out_of_order": out_of_order, "never_sent_but_delivered": phantom}
 
