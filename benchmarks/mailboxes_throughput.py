@@ -69,6 +69,8 @@ async def main(args: argparse.Namespace) -> None:
         await measure(po0, po1, a, c, 200, args.batch)  # warm-up: resolves c through its home
         same = await measure(po0, po0, a, b, args.mails, args.batch)
         across = await measure(po0, po1, a, c, args.mails, args.batch)
+        if args.verbose:
+            print(po0.statistics(), po1.statistics())
     print(f"{args.mails} mails of 200 bytes, send_many batches of {args.batch}, pulled as they come:")
     print(f"  same domain:   {same:8.0f} mails/s end to end")
     print(f"  across domains: {across:8.0f} mails/s end to end")
@@ -78,4 +80,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mails", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--verbose", action="store_true")
     trio.run(main, parser.parse_args())

@@ -186,9 +186,25 @@ class PostOffice:
         self._set_mi(MIState(name, app_state=app_state))
         return self._take_sends()
 
+    def send_many(self, sender: str, mails: list[tuple[str, bytes]], title: str, now: float) -> tuple[int, list[Send]]:
+        """``send_mail`` for several mails of one MI; mails to one PO share MAIL
+        messages. Returns how many were taken (fewer when the outbox filled)."""
+        taken = 0
+        for receiver, content in mails:
+            try:
+                self._send_one(sender, receiver, title, content, now)
+            except WouldBlock:
+                break
+            taken += 1
+        return taken, self._take_sends()
+
     def send_mail(self, sender: str, receiver: str, title: str, content: bytes, now: float) -> list[Send]:
         """MI ``sender`` (running here) sends a mail; once this returns and the
         shell has committed, the mail will be delivered exactly once."""
+        self._send_one(sender, receiver, title, content, now)
+        return self._take_sends()
+
+    def _send_one(self, sender: str, receiver: str, title: str, content: bytes, now: float) -> None:
         state = self._running(sender)
         home_of(receiver)  # checks the name
         if not isinstance(content, bytes) or not isinstance(title, str):
@@ -204,7 +220,6 @@ class PostOffice:
             self._store(receiver, box, mail)  # same domain: no message at all
         else:
             self._put_out(mail, self._resolve(receiver), now)
-        return self._take_sends()
 
     def pull(self, name: str, now: float, max_mails: int = 10_000) -> tuple[list[Mail], list[Send]]:
         """The mails MI ``name`` (running here) can have now: per sender, the

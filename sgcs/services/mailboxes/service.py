@@ -104,17 +104,11 @@ class PostOfficeService:
 
             def step(now: float) -> list[Send]:
                 nonlocal taken
-                sends: list[Send] = []
-                for receiver, content in remaining:
-                    try:
-                        sends += self._po.send_mail(sender, receiver, title, content, now)
-                    except sgcs.WouldBlock:
-                        break  # the outbox is full: commit what was taken, wait for acks
-                    taken += 1
+                taken, sends = self._po.send_many(sender, remaining, title, now)
                 return sends
             await self._step(step)
             remaining = remaining[taken:]
-            if remaining:
+            if remaining:  # the outbox is full: wait for acknowledgements
                 await trio.sleep(0.05)
 
     async def pull(self, name: str, max_mails: int = 10_000) -> list[Mail]:
