@@ -24,9 +24,12 @@ scheme, with its gaps closed):
   in the acknowledgement; after that, the old PO answers NACK and the sender
   re-resolves through the home.
 * **Exactly once, in order.** Every mail has the end-to-end id ``(sender,
-  receiver, seq)``. A PO that takes a mail keeps it in its outbox and retries
-  it, with backoff, until the PO holding the receiver's active mailbox (or a
-  tombstone, which takes over the duty) acknowledges it. The receiver's
+  receiver, seq)``. A PO that takes a mail keeps it in its outbox under a
+  fresh *token* and retries it, with backoff, until the PO it aims at
+  acknowledges that token. A PO acknowledges only once it holds the mail
+  itself (in the active mailbox, or in its own outbox under a new token, as a
+  tombstone does), so an old acknowledgement can never release a newer
+  holding and some PO always holds every mail not yet in a mailbox. The receiver's
   next-expected numbers travel with the MI, so ``pull`` drops duplicates and
   delivers each sender's mails in seq order, wherever the MI is.
 * **Every control exchange is retried** (MIGRATE until DEREG, DEREG until
