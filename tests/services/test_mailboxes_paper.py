@@ -182,3 +182,49 @@ def test_garbage_is_refused_by_the_decoder(data: bytes) -> None:
 def test_envelope_round_trip() -> None:
     env = Envelope(Kind.ANSWER, 3, [mi(0, "a"), 2, 7])
     assert decode_envelope_untrusted(env.encode()) == env
+
+
+def test_resolution_takes_the_newest_address() -> None:
+    world = fresh()
+    c = mi(0, "c")
+    world.create(0, c)
+    for d in (2, 1, 0):
+        world.move(c, d)
+        world.settle()
+    po1 = world.pos[1]
+    assert po1 is not None and po1.tombstones[c][:2] == (0, 3)
+    po1.book[c] = (2, 2)  # older than the tombstone: not taken
+    assert po1._resolve(c) == 0
+    po1.book[c] = (2, 99)  # newer: taken
+    assert po1._resolve(c) == 2
+
+
+def test_an_ack_for_an_older_holding_does_not_release_a_newer_one() -> None:
+    """A mail aimed at PO 2, whose tombstone hands it back to PO 1, which takes
+    it on again under a new token: a late copy of PO 2's ack for the first
+    transmission names the old token and must not release the new holding."""
+    world = fresh()
+    a, c = mi(1, "a"), mi(0, "c")
+    world.create(1, a)
+    world.create(0, c)
+    for d in (2, 1, 0):  # tombstones: PO 2 -> 1, PO 1 -> 0; c is at 0
+        world.move(c, d)
+        world.settle()
+    po1 = world.pos[1]
+    assert po1 is not None
+    po1.book[c] = (2, 99)  # a wrong address that looks newest
+    world.send(a, c, b"y")
+    ((_, _, first_token),) = po1.outbox.values()
+    world.deliver()  # PO 2's tombstone takes it on, forwards it to 1, acks the first token
+    assert sorted((f.kind.value, f.to) for f in world.flight) == [("mail", 1), ("mail_ack", 1)]
+    ack = next(i for i, f in enumerate(world.flight) if f.kind.value == "mail_ack")
+    world.deliver(ack, duplicate=True)  # a copy of the ack stays in flight
+    forward = next(i for i, f in enumerate(world.flight) if f.kind.value == "mail")
+    world.deliver(forward)  # PO 1's tombstone takes the mail on again, under a new token
+    ((_, target, token),) = po1.outbox.values()
+    assert target == 0 and token != first_token
+    late = next(i for i, f in enumerate(world.flight) if f.kind.value == "mail_ack" and f.to == 1)
+    world.deliver(late)
+    assert len(po1.outbox) == 1  # still held
+    world.settle()
+    assert [m.content for m in world.pull(c)] == [b"y"]

@@ -541,8 +541,8 @@ class PostOffice:
             return self.domain
         best: tuple[int, int] | None = None
         for known in (self.book.get(receiver), self.tombstones.get(receiver), self.home.get(receiver)):
-            if known is not None and (best is None or known[1] > best[1]):
-                best = (known[1], known[0])
+            if known is not None and (best is None or known[1] > best[0]):
+                best = (known[1], known[0])  # (epoch, post office)
         if receiver in self.book:
             self.book.move_to_end(receiver)
         return -1 if best is None else best[1]
