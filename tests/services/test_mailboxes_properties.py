@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from sgcs.services.mailboxes.messages import make_name
 from sgcs.services.mailboxes.postoffice import Settings
-from sgcs.services.mailboxes.sim import World, check_exactly_once
+from sgcs.services.mailboxes.sim import Scenario, World, check_exactly_once, run_scenario
 
 DOMAINS = 3
 NAMES = [make_name("wf", d % DOMAINS, "h", f"mi{d}") for d in range(3)]
@@ -106,3 +107,20 @@ MailboxMachine.TestCase.settings = settings(
     max_examples=int(os.environ.get("MAILBOX_EXAMPLES", "400")), stateful_step_count=70, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestMailboxes = MailboxMachine.TestCase
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_timed_scenario_with_loss_duplication_and_crashes(seed: int) -> None:
+    """A timed workload (mails and moves at rates, messages late, lost, twice,
+    a post office crashing every second): exactly once, and the counts per
+    operation come out. Replay: run_scenario(Scenario(duration=5, loss=0.1,
+    duplicate=0.2, crash_every=1.0, seed=SEED))."""
+    result = run_scenario(Scenario(duration=5, loss=0.1, duplicate=0.2, crash_every=1.0, seed=seed))
+    assert result["problems"] == [], f"replay with seed={seed}"
+    assert result["mails"] > 500 and result["moves"] > 20
+    assert result["delivered"] == result["mails"]
+
+
+def test_scenario_same_domain_only_costs_nothing_between_domains() -> None:
+    result = run_scenario(Scenario(domains=1, mis=5, move_rate=0.0, duration=2))
+    assert result["mails"] > 100 and result["inter_domain_messages"] == 0

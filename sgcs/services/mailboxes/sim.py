@@ -186,4 +186,121 @@ def check_exactly_once(world: World, sent: dict[tuple[str, str], int]) -> list[s
     return problems
 
 
-__all__ = ["World", "InFlight", "Envelope", "check_exactly_once"]
+__all__ = ["World", "InFlight", "Envelope", "Scenario", "check_exactly_once", "run_scenario"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A mailbox workload for :func:`run_scenario` (rates per second of simulated time)."""
+
+    domains: int = 4
+    mis: int = 20
+    mail_rate: float = 200.0
+    """Mails per second, all MIs together; sender and receiver drawn uniformly."""
+    move_rate: float = 0.5
+    """Moves per second per MI (to a uniformly drawn other domain)."""
+    duration: float = 20.0
+    latency: float = 0.005
+    """Seconds a message takes, times a uniform factor in [1, 2) (so messages overtake each other)."""
+    loss: float = 0.0
+    duplicate: float = 0.0
+    crash_every: float = 0.0
+    """Seconds between crashes of a random post office (restarted 0.5 s later); 0: none."""
+    pull_every: float = 0.05
+    seed: int = 1
+
+
+def run_scenario(scenario: Scenario) -> dict[str, Any]:
+    """Run a timed random workload on the real post offices; count the
+    inter-domain messages and bytes per mail and per move, and check that
+    every mail was delivered exactly once, in per-sender order."""
+    import heapq
+
+    sc, rng = scenario, random.Random(scenario.seed)
+    world = World(sc.domains, Settings(retry_initial=0.2, retry_max=1.0, tombstone_lifetime=5.0))
+    names = [f"wf|{i % sc.domains}|h|mi{i}" for i in range(sc.mis)]
+    for i, name in enumerate(names):
+        world.create(i % sc.domains, name)
+    sent: dict[tuple[str, str], int] = {}
+    heap: list[tuple[float, int, str, Any]] = []
+    counter = 0
+    moves = mails = 0
+
+    def at(t: float, kind: str, arg: Any = None) -> None:
+        nonlocal counter
+        counter += 1
+        heapq.heappush(heap, (t, counter, kind, arg))
+
+    def network(before: int) -> None:
+        """Give the messages a step just sent their fate: lost, late, twice."""
+        fresh = world.flight[before:]
+        del world.flight[before:]
+        for item in fresh:
+            copies = 0 if rng.random() < sc.loss else 1 + (rng.random() < sc.duplicate)
+            for _ in range(copies):
+                at(world.now + sc.latency * (1 + rng.random()), "deliver", item)
+
+    def runs(name: str) -> bool:
+        where = world.location[name]
+        return where is not None and world.up(where)
+
+    at(rng.expovariate(sc.mail_rate), "mail")
+    for name in names:
+        at(rng.expovariate(sc.move_rate) if sc.move_rate else sc.duration * 2, "move", name)
+    at(sc.pull_every, "pull")
+    at(0.05, "tick")
+    if sc.crash_every:
+        at(sc.crash_every, "crash")
+    while heap:
+        t, _, kind, arg = heapq.heappop(heap)
+        world.now = max(world.now, t)
+        before = len(world.flight)
+        generating = t < sc.duration
+        if kind == "deliver":
+            world.flight.append(arg)
+            world.deliver(len(world.flight) - 1)
+        elif kind == "mail" and generating:
+            s, r = rng.choice(names), rng.choice(names)
+            if runs(s):
+                world.send(s, r, b"m")
+                sent[(s, r)] = sent.get((s, r), 0) + 1
+                mails += 1
+            at(t + rng.expovariate(sc.mail_rate), "mail")
+        elif kind == "move" and generating:
+            if runs(arg):
+                world.move(arg, rng.choice([d for d in range(sc.domains) if d != world.location[arg]]))
+                moves += 1
+            at(t + rng.expovariate(sc.move_rate), "move", arg)
+        elif kind == "pull":
+            for name in names:
+                if runs(name):
+                    world.pull(name)
+            if generating or world.busy():
+                at(t + sc.pull_every, "pull")
+        elif kind == "tick":
+            world.advance(0.0)
+            if generating or world.busy():
+                at(t + 0.05, "tick")
+        elif kind == "crash" and generating:
+            victim = rng.randrange(sc.domains)
+            if world.up(victim):
+                world.crash(victim)
+                at(t + 0.5, "restart", victim)
+            at(t + sc.crash_every, "crash")
+        elif kind == "restart":
+            world.restart(arg)
+        network(before)
+        if t > sc.duration * 20 + 600:
+            raise AssertionError(f"scenario did not settle: {world.pending_summary()}")
+    inter = sum(world.sent.values())
+    mail_kinds = ("mail", "mail_ack", "nack", "query", "answer")
+    move_kinds = ("migrate", "dereg", "forward", "forward_ack", "update", "update_ack", "home_update", "home_ack")
+    return {
+        "mails": mails, "moves": moves, "delivered": sum(len(v) for v in world.delivered.values()),
+        "problems": check_exactly_once(world, sent),
+        "inter_domain_messages": inter, "inter_domain_bytes": sum(world.sent_bytes.values()),
+        "messages_per_mail": sum(world.sent[k] for k in mail_kinds) / max(1, mails),
+        "bytes_per_mail": sum(world.sent_bytes[k] for k in mail_kinds) / max(1, mails),
+        "messages_per_move": sum(world.sent[k] for k in move_kinds) / max(1, moves),
+        "by_kind": dict(world.sent),
+    }
