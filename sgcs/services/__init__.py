@@ -1,0 +1,1 @@
+"""Services built on sgcs's public API only: queues, handles, flows, mailboxes."""
