@@ -301,7 +301,6 @@ class Node:
         the survivor waited in the old view for ever (found by the randomized
         adversarial machine with restarts)."""
         out: list[Action] = []
-        self._trace(out, "failed", target=member, reason="restart")
         for state in list(self._groups.values()):
             if member in state.view:
                 self._route(out, state, state.member_failed(member, now))
@@ -604,7 +603,8 @@ class Node:
     def _on_fd_event(self, out: list[Action], event: FdEvent, now: float) -> None:
         kind, member = event.kind, event.member
         busy = kind is Verdict.BUSY
-        self._trace(out, "unsuspect" if busy else kind.value, target=member, reason="busy" if busy else None)
+        if kind is not Verdict.FAILED:  # trace schema 1 has no such kind: the view shows the failure
+            self._trace(out, "unsuspect" if busy else kind.value, target=member, reason="busy" if busy else None)
         for state in list(self._groups.values()):
             if kind is Verdict.SUSPECT:
                 if state.suspect(member):
