@@ -1,0 +1,1 @@
+"""Services built on sgcs's public API only: transaction-coded handles, queues, flows, mailboxes."""
