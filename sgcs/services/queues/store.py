@@ -125,6 +125,8 @@ class Message:
     body: bytes
     deliveries: int
     """How many times it was handed out, this time included (above 1: a redelivery)."""
+    node: str = ""
+    """The queue manager that holds it, for a message received from another node ("": local)."""
 
 
 @dataclass(frozen=True, slots=True)
