@@ -119,8 +119,10 @@ async def run_consumer(args: argparse.Namespace) -> None:
             db.executemany("INSERT OR IGNORE INTO received VALUES(?, ?, ?)",
                            [(BODY.unpack_from(m.body)[0], m.msg_id, m.priority) for m in batch])
             fresh = db.total_changes - before
-            db.execute("INSERT INTO counters VALUES('redelivered', ?) ON CONFLICT(name) DO UPDATE "
-                       "SET value=value+excluded.value", (len(batch) - fresh,))
+            db.executemany("INSERT INTO counters VALUES(?, ?) ON CONFLICT(name) DO UPDATE "
+                           "SET value=value+excluded.value",
+                           [("redelivered", len(batch) - fresh),
+                            ("handed_out_again", sum(m.deliveries > 1 for m in batch))])
             db.execute("COMMIT")  # recorded: now the ack may go
             await manager.ack(batch)
     print(json.dumps({"role": "consumer", "event": "done"}), flush=True)
@@ -233,6 +235,8 @@ def verify(args: argparse.Namespace, h: Harness, elapsed: float) -> int:
     ids = [row[0] for row in c.execute("SELECT app_id FROM received")]
     row = c.execute("SELECT value FROM counters WHERE name='redelivered'").fetchone()
     redelivered = row[0] if row else 0
+    row = c.execute("SELECT value FROM counters WHERE name='handed_out_again'").fetchone()
+    again = row[0] if row else 0
     p = sqlite3.connect(d / "p.db")
     pending = p.execute("SELECT count(*) FROM xmit").fetchone()[0]
     missing = args.messages - len(set(ids))
@@ -243,6 +247,7 @@ def verify(args: argparse.Namespace, h: Harness, elapsed: float) -> int:
         "msg_per_s_end_to_end": round(args.messages / elapsed),
         "remote_queue_commits_distinct_ids": len(audit), "remote_queue_ids_committed_twice": committed_twice,
         "consumer_recorded": len(ids), "consumer_missing": missing, "consumer_redeliveries_filtered": redelivered,
+        "messages_handed_out_more_than_once": again,
         "remote_queue_left_unacked": leftover, "producer_xmit_left": pending, "exactly_once": ok}))
     return 0 if ok else 1
 
