@@ -374,3 +374,19 @@ class ReceiveMachine(RuleBasedStateMachine):
 TestReceiveMachine = ReceiveMachine.TestCase
 TestReceiveMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
                                        suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_depth_is_kept_by_triggers_and_recounted_at_open(tmp_path: Path) -> None:
+    s = QueueStore(tmp_path / "d.db", fsync="off", max_depth=3)
+    s.bind("q")
+    s.put_many("q", [(b"a", 0), (b"b", 0), (b"c", 0)])
+    with pytest.raises(QueueFull):
+        s.put("q", b"d")
+    (m,) = s.get("q", "c")
+    assert s.ack([m.tag], "c") == 1
+    s.put("q", b"d")  # room again after the ack
+    s._db.execute("DELETE FROM depth")  # as a file from before the triggers
+    s.close()
+    reopened = QueueStore(tmp_path / "d.db", fsync="off", max_depth=3)
+    with pytest.raises(QueueFull):
+        reopened.put("q", b"e")

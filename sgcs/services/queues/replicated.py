@@ -245,13 +245,17 @@ async def open_replicated_queue(node: sgcs.NodeHandle, name: str, *,
     check_queue_name(name)
     if type(dedup_window) is not int or dedup_window < 1:
         raise UsageError(f"dedup_window must be a positive int, got {dedup_window!r}")
-    async with node.join(f"sgcs.rq.{name}", order=sgcs.Order.SAFE) as group, trio.open_nursery() as nursery:
-        queue = ReplicatedQueue(group, name, dedup_window=dedup_window)
-        queue._nursery = nursery
-        nursery.start_soon(queue._run)
-        await queue._view_ready.wait()
-        try:
-            yield queue
-        finally:
-            nursery.cancel_scope.cancel()
+    queue: ReplicatedQueue | None = None
+    try:
+        async with node.join(f"sgcs.rq.{name}", order=sgcs.Order.SAFE) as group, trio.open_nursery() as nursery:
+            queue = ReplicatedQueue(group, name, dedup_window=dedup_window)
+            queue._nursery = nursery
+            nursery.start_soon(queue._run)
+            await queue._view_ready.wait()
+            try:
+                yield queue
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        if queue is not None:  # closed once its task is gone, not under it
             queue.store.close()

@@ -95,6 +95,13 @@ CREATE TABLE IF NOT EXISTS xmit(
     priority INTEGER NOT NULL,
     body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS xmit_dest ON xmit(dest, seq);
+CREATE TABLE IF NOT EXISTS depth(queue TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS depth_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO depth VALUES(NEW.queue, 1) ON CONFLICT(queue) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS depth_delete AFTER DELETE ON messages BEGIN
+    UPDATE depth SET n = n - 1 WHERE queue = OLD.queue;
+END;
 CREATE TABLE IF NOT EXISTS seen(origin INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(origin, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS floors(origin INTEGER PRIMARY KEY, floor INTEGER NOT NULL);
 """
@@ -233,10 +240,11 @@ class QueueStore:
     # ------------------------------------------------------------ plumbing
 
     def _create_schema(self) -> None:
-        with self._tx():
-            for statement in (_SCHEMA + (_AUDIT if self.audit else "")).split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
+        script = _SCHEMA + (_AUDIT if self.audit else "")
+        # Depths are recounted at open (O(messages), once): a file written before the
+        # triggers existed, or by any other writer, starts right.
+        self._db.executescript("BEGIN IMMEDIATE;" + script + "DELETE FROM depth;"
+                               "INSERT INTO depth SELECT queue, count(*) FROM messages GROUP BY queue;COMMIT;")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -325,8 +333,9 @@ class QueueStore:
     # ------------------------------------------------------------ send
 
     def _room(self, queue: str, count: int) -> bool:
-        depth = self._db.execute("SELECT count(*) FROM messages WHERE queue=?", (queue,)).fetchone()[0]
-        return int(depth) + count <= self.max_depth
+        # The depth table is kept by triggers in the same transactions: O(1), not a count of the queue.
+        row = self._db.execute("SELECT n FROM depth WHERE queue=?", (queue,)).fetchone()
+        return (int(row[0]) if row else 0) + count <= self.max_depth
 
     def put(self, queue: str, body: bytes, priority: int = 0, msg_id: bytes | None = None) -> bytes:
         """Commit one message; returns its id."""
@@ -380,9 +389,8 @@ class QueueStore:
     def _delete_leased(self, tags: list[int], consumer: str | None) -> int:
         sql = "DELETE FROM messages WHERE seq=? AND state=1" + (" AND owner=?" if consumer is not None else "")
         args = [(tag, consumer) if consumer is not None else (tag,) for tag in tags]
-        before = self._db.total_changes
-        self._db.executemany(sql, args)
-        return self._db.total_changes - before
+        # rowcount, not total_changes: the depth triggers change rows too
+        return int(self._db.executemany(sql, args).rowcount)
 
     def _finish_drains(self, _tags: list[int]) -> None:
         for (queue,) in self._db.execute("SELECT name FROM queues WHERE draining=1").fetchall():
@@ -393,9 +401,8 @@ class QueueStore:
         sql = "UPDATE messages SET state=0, owner=NULL, lease_until=NULL WHERE seq=? AND state=1"
         sql += " AND owner=?" if consumer is not None else ""
         with self._tx():
-            before = self._db.total_changes
-            self._db.executemany(sql, [(t, consumer) if consumer is not None else (t,) for t in tags])
-            return self._db.total_changes - before
+            # rowcount, not total_changes: the depth triggers change rows too
+            return int(self._db.executemany(sql, [(t, consumer) if consumer is not None else (t,) for t in tags]).rowcount)
 
     def release_consumer(self, consumer: str) -> int:
         """The consumer died: everything leased to it is ready again."""
@@ -487,9 +494,8 @@ class QueueStore:
     def xmit_done(self, dest: str, seqs: Iterable[int]) -> int:
         """``dest`` committed these: forget them here."""
         with self._tx():
-            before = self._db.total_changes
-            self._db.executemany("DELETE FROM xmit WHERE seq=? AND dest=?", [(s, dest) for s in seqs])
-            return self._db.total_changes - before
+            # rowcount, not total_changes: the depth triggers change rows too
+            return int(self._db.executemany("DELETE FROM xmit WHERE seq=? AND dest=?", [(s, dest) for s in seqs]).rowcount)
 
     def xmit_count(self, dest: str | None = None) -> int:
         if dest is None:
