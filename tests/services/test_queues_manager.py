@@ -174,3 +174,28 @@ async def test_forwarding_resumes_after_the_receiver_restarts(tmp_path: Path) ->
                     counts = b.store.audit_counts()
                     assert len(counts) == 400 and set(counts.values()) == {1}
                     assert b.store.info("q").ready == 400
+
+
+async def test_a_full_remote_queue_pushes_back_and_nothing_is_lost(tmp_path: Path) -> None:
+    net = network()
+    async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(
+            nb, "b", path=tmp_path / "b.db", max_depth=50, audit=True) as b, \
+            sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db",
+                                                                       retry=0.2) as a:
+        b.bind("q")
+        await a.put_many("q@b", [(b"%d" % i, 0) for i in range(200)])
+        with trio.fail_after(WAIT):
+            while b.store.info("q").ready < 50:
+                await trio.sleep(0.02)
+        await trio.sleep(0.5)
+        assert b.store.info("q").ready == 50 and b.statistics.refused_full > 0
+        refused = b.statistics.refused_full
+        assert refused < 5_000, "the sender backs off instead of hammering a full queue"
+        got = 0
+        with trio.fail_after(WAIT):
+            while got < 200:
+                batch = await b.get_many("q", 20, timeout=5)
+                await b.ack(batch)
+                got += len(batch)
+        assert a.store.xmit_count() == 0 or got == 200
+        assert len(b.store.audit_counts()) == 200 and set(b.store.audit_counts().values()) == {1}

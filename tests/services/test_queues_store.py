@@ -180,27 +180,35 @@ def test_usage_errors_of_names_modes_and_depth(tmp_path: Path) -> None:
         s.unbind("q", "highest")  # type: ignore[arg-type]
 
 
-def test_full_receiver_refuses_a_forwarded_batch_without_committing_it() -> None:
+def test_full_receiver_takes_what_fits_and_leaves_the_rest_unacknowledged() -> None:
     receiver = QueueStore(max_depth=1)
     receiver.bind("q")
     batch = [Forwarded(1, "q", 0, b"a"), Forwarded(2, "q", 0, b"b")]
-    assert receiver.accept_forwarded(7, 1, batch) is None
-    assert receiver.info("q").ready == 0
-    result = receiver.accept_forwarded(7, 1, batch[:1])
-    assert result is not None and result.accepted == 1
+    result = receiver.accept_forwarded(7, 1, batch)
+    assert (result.accepted, result.done, result.full) == (1, (1,), True)
+    assert receiver.info("q").ready == 1
+    (m,) = receiver.get("q", "c")
+    receiver.ack([m.tag], "c")
+    again = receiver.accept_forwarded(7, 1, batch)
+    assert (again.accepted, again.duplicates, again.done, again.full) == (1, 1, (1, 2), False)
 
 
 def test_forwarded_to_an_unbound_queue_is_kept_dead() -> None:
     receiver = QueueStore()
     result = receiver.accept_forwarded(3, 1, [Forwarded(1, "missing", 4, b"x")])
-    assert result is not None and (result.accepted, result.dead) == (0, 1)
+    assert (result.accepted, result.dead, result.done) == (0, 1, (1,))
     assert receiver.info("missing").dead == 1
+
+
+DEPTH = 8
+"""The forwarding machine's receiving queue holds at most this many messages."""
 
 
 class ForwardMachine(RuleBasedStateMachine):
     """A sender store forwards to a receiver store over a channel that loses,
     duplicates and reorders batches and acknowledgements; either store may
-    crash (closed and reopened from its file) at any step. Every message
+    crash (closed and reopened from its file) at any step, and the receiving
+    queue is small (``DEPTH``), so batches are often taken only in part. Every message
     committed by the sender is committed exactly once by the receiver, and the
     sender forgets it only after that."""
 
@@ -210,8 +218,9 @@ class ForwardMachine(RuleBasedStateMachine):
 
         self.dir = Path(tempfile.mkdtemp(prefix="sgcs-fwd-"))
         self.sender = QueueStore(self.dir / "a.db", fsync="off")
-        self.receiver = QueueStore(self.dir / "b.db", fsync="off", audit=True)
+        self.receiver = QueueStore(self.dir / "b.db", fsync="off", audit=True, max_depth=DEPTH)
         self.receiver.bind("q")
+        self.consumed: set[bytes] = set()
         self.committed: list[int] = []
         self.batches: list[tuple[int, list[Forwarded]]] = []  # in flight: (floor, batch)
         self.acks: list[list[int]] = []
@@ -236,8 +245,16 @@ class ForwardMachine(RuleBasedStateMachine):
         if lose:
             return
         result = self.receiver.accept_forwarded(self.sender.origin, floor, batch)
-        assert result is not None
-        self.acks.append([m.seq for m in batch])
+        assert set(result.done) <= {m.seq for m in batch}
+        assert result.full or len(result.done) == len(batch)
+        self.acks.append(list(result.done))
+
+    @rule(count=st.integers(1, 4))
+    def consume(self, count: int) -> None:
+        """The receiver's consumers make room (the receiver holds at most DEPTH messages)."""
+        for m in self.receiver.get("q", "c", count):
+            self.consumed.add(m.msg_id)
+            self.receiver.ack([m.tag], "c")
 
     @precondition(lambda self: self.acks)
     @rule(pick=st.integers(0, 100), lose=st.booleans())
@@ -254,7 +271,7 @@ class ForwardMachine(RuleBasedStateMachine):
     @rule()
     def crash_receiver(self) -> None:
         self.receiver.close()
-        self.receiver = QueueStore(self.dir / "b.db", fsync="off", audit=True)
+        self.receiver = QueueStore(self.dir / "b.db", fsync="off", audit=True, max_depth=DEPTH)
 
     @invariant()
     def exactly_once_so_far(self) -> None:
@@ -274,13 +291,13 @@ class ForwardMachine(RuleBasedStateMachine):
             rows = self.sender.xmit_pending("b", limit=50)
             if not rows:
                 break
+            self.consume(DEPTH)
             batch = [Forwarded(r.seq, r.queue, r.priority, r.body) for r in rows]
             result = self.receiver.accept_forwarded(self.sender.origin, self.sender.xmit_floor("b"), batch)
-            assert result is not None
-            self.sender.xmit_done("b", [m.seq for m in batch])
+            self.sender.xmit_done("b", result.done)
         counts = self.receiver.audit_counts()
         assert sorted(counts) == sorted(forwarded_id(self.sender.origin, s) for s in self.committed)
-        assert self.receiver.info("q").ready == len(self.committed)
+        assert self.receiver.info("q").ready + len(self.consumed) == len(self.committed)
         self.sender.close()
         self.receiver.close()
 

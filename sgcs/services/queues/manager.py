@@ -50,7 +50,7 @@ import sgcs
 from sgcs.errors import DecodeError, UsageError
 
 from . import wire
-from .store import Forwarded, Message, QueueFull, QueueInfo, QueueStore, Transaction, Unbind, check_queue_name
+from .store import DEFAULT_MAX_DEPTH, Forwarded, Message, QueueFull, QueueInfo, QueueStore, Transaction, Unbind, check_queue_name
 
 UNICAST_RETRY = 0.005
 """Seconds between tries of a unicast whose window is full (sgcs raises WouldBlock)."""
@@ -82,6 +82,8 @@ class _Link:
     after: int = 0
     outstanding: set[int] = field(default_factory=set)
     last_progress: float = 0.0
+    hold_until: float = 0.0
+    """The receiver was full: send nothing before this time."""
 
 
 def split_target(target: str) -> tuple[str, str | None]:
@@ -363,14 +365,11 @@ class QueueManager:
 
     async def _on_forward(self, sender: int, packet: wire.Forward) -> None:
         result = self.store.accept_forwarded(packet.origin, packet.floor, packet.items)
-        seqs = tuple(item.seq for item in packet.items)
-        if result is None:
-            self.statistics.refused_full += len(seqs)
-        else:
-            self.statistics.accepted += result.accepted
-            self.statistics.duplicates += result.duplicates
-            self.statistics.dead_on_arrival += result.dead
-        await self._unicast(sender, wire.ForwardAck(packet.origin, result is None, seqs))
+        self.statistics.accepted += result.accepted
+        self.statistics.duplicates += result.duplicates
+        self.statistics.dead_on_arrival += result.dead
+        self.statistics.refused_full += len(packet.items) - len(result.done)
+        await self._unicast(sender, wire.ForwardAck(packet.origin, result.full, result.done))
         for queue in {item.queue for item in packet.items}:
             self._on_new(queue)
 
@@ -378,16 +377,15 @@ class QueueManager:
         name = self._member_names.get(sender)
         if name is None or packet.origin != self.store.origin:
             return
-        link = self._links.get(name)
-        if packet.full:
-            if link is not None:  # back off: resend from the floor after ``retry``
-                link.outstanding.clear()
-                link.after = 0
-            return
         self.statistics.forward_acked += self.store.xmit_done(name, packet.seqs)
+        link = self._links.get(name)
         if link is not None and link.member == sender:
             link.outstanding.difference_update(packet.seqs)
             link.last_progress = trio.current_time()
+            if packet.full:  # back off, then resend what was left out, from the floor
+                link.outstanding.clear()
+                link.after = 0
+                link.hold_until = trio.current_time() + self._retry
         self._forward_now.set()
 
     def _on_get(self, nursery: trio.Nursery, sender: int, get: wire.Get) -> None:
@@ -445,6 +443,8 @@ class QueueManager:
         link = self._links.get(dest)
         if link is None or link.member != member:
             link = self._links[dest] = _Link(member, last_progress=now)
+        if now < link.hold_until:
+            return
         if link.outstanding and now - link.last_progress > self._retry:
             self.statistics.retransmit_rounds += 1
             link.outstanding.clear()
@@ -488,18 +488,20 @@ class QueueManager:
 async def open_queue_manager(node: sgcs.NodeHandle, name: str, *, path: str | os.PathLike[str] | None = None,
                              fsync: str = "normal", group: str = "sgcs.queues", forward_window: int = 2_048,
                              retry: float = 1.0, max_parked: int = 1_024, dead_purge_interval: float | None = 10.0,
-                             audit: bool = False) -> AsyncIterator[QueueManager]:
+                             audit: bool = False, max_depth: int = DEFAULT_MAX_DEPTH) -> AsyncIterator[QueueManager]:
     """Run the queue manager ``name`` on ``node`` for the duration of the block.
 
     ``path``: the SQLite file of durable queues and of the transmission
     queue (None: both in memory, not crash-safe). ``fsync``: see
     ``QueueStore``. ``dead_purge_interval``: seconds between runs of the
-    dead-message monitor (None: purge only on ``purge_dead()``)."""
+    dead-message monitor (None: purge only on ``purge_dead()``). ``max_depth``:
+    messages a durable queue may hold; a full queue refuses forwarded batches
+    (the sender backs off for ``retry`` seconds) and blocks local puts."""
     if not isinstance(name, str) or not name or "@" in name or len(name.encode()) > 200:
         raise UsageError(f"a queue manager's name is a non-empty str without '@', got {name!r}")
     if type(forward_window) is not int or forward_window < 1 or not retry > 0:
         raise UsageError("forward_window must be a positive int and retry positive seconds")
-    store = QueueStore(path if path is not None else ":memory:", fsync=fsync, audit=audit)
+    store = QueueStore(path if path is not None else ":memory:", fsync=fsync, audit=audit, max_depth=max_depth)
     manager: QueueManager | None = None
     try:
         async with node.join(group, order=sgcs.Order.FIFO) as handle, trio.open_nursery() as nursery:

@@ -182,6 +182,10 @@ class AcceptResult:
     duplicates: int
     dead: int
     """Forwarded to a queue that is not bound here: kept as dead messages."""
+    done: tuple[int, ...] = ()
+    """Transmission ids committed here (now or before): the sender may forget them."""
+    full: bool = False
+    """Some messages did not fit (``max_depth``) and were left out of ``done``."""
 
 
 def check_priority(priority: object) -> int:
@@ -509,14 +513,18 @@ class QueueStore:
 
     # ------------------------------------------------------------ store and forward: receiving side
 
-    def accept_forwarded(self, origin: int, floor: int, batch: Sequence[Forwarded]) -> AcceptResult | None:
+    def accept_forwarded(self, origin: int, floor: int, batch: Sequence[Forwarded]) -> AcceptResult:
         """Commit a forwarded batch from store ``origin`` idempotently, in one transaction.
 
-        Returns None when the batch does not fit (``max_depth``): nothing is
-        committed and the sender must retry later. Every message of a returned
-        result is committed here (or was already), so the sender may forget it."""
+        Every message listed in the result's ``done`` is committed here (now or
+        before), so the sender may forget it. A message whose queue is full
+        (``max_depth``) is not committed and not listed (``full`` is set): the
+        sender keeps it and sends it again later."""
         if type(origin) is not int or type(floor) is not int:
             raise UsageError("origin and floor must be ints")
+        accepted = duplicates = dead = 0
+        done: list[int] = []
+        full = False
         with self._tx():
             row = self._db.execute("SELECT floor FROM floors WHERE origin=?", (origin,)).fetchone()
             known_floor = int(row[0]) if row else 0
@@ -525,30 +533,26 @@ class QueueStore:
                                  (origin, floor))
                 self._db.execute("DELETE FROM seen WHERE origin=? AND seq<?", (origin, floor))
                 known_floor = floor
-            fresh: list[Forwarded] = []
-            duplicates = 0
             for message in batch:
                 if message.seq < known_floor or self._db.execute(
                         "SELECT 1 FROM seen WHERE origin=? AND seq=?", (origin, message.seq)).fetchone():
                     duplicates += 1
-                else:
-                    fresh.append(message)
-            by_queue: dict[str, int] = {}
-            for message in fresh:
-                by_queue[message.queue] = by_queue.get(message.queue, 0) + 1
-            if not all(self._room(queue, count) for queue, count in by_queue.items()):
-                return None  # nothing inserted; the floor learnt above stays true
-            dead = 0
-            for message in fresh:
+                    done.append(message.seq)
+                    continue
+                if not self._room(message.queue, 1):  # depth is kept by triggers, so this sees our inserts
+                    full = True
+                    continue
                 state = READY if self._accepts(message.queue) else DEAD
                 dead += state == DEAD
+                accepted += state == READY
                 msg_id = forwarded_id(origin, message.seq)
                 self._db.execute("INSERT INTO messages(queue, priority, msg_id, body, state) VALUES(?, ?, ?, ?, ?)",
                                  (message.queue, message.priority, msg_id, message.body, state))
                 self._db.execute("INSERT INTO seen VALUES(?, ?)", (origin, message.seq))
                 if self.audit:
                     self._db.execute("INSERT INTO audit VALUES(?)", (msg_id,))
-        return AcceptResult(len(fresh) - dead, duplicates, dead)
+                done.append(message.seq)
+        return AcceptResult(accepted, duplicates, dead, tuple(done), full)
 
     def seen_count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM seen").fetchone()[0])

@@ -12,7 +12,7 @@ Header: magic 0x51 ('Q'), version 1, type. Bodies:
 
 * HELLO: name.
 * FWD: origin u64, floor u64, n u16, then n x (seq u64, priority u8, queue, body).
-* FWD_ACK: origin u64, status u8 (0 committed, 1 full: retry later), n u16, n x seq u64.
+* FWD_ACK: origin u64, full u8 (1: some did not fit, retry those later), n u16, n x seq u64 committed.
 * GET: request u64, wait ms u32, max u16, lease ms u32, queue.
 * MSGS: request u64, status u8 (0 ok, 1 no such queue), n u16, then
   n x (tag u64, priority u8, deliveries u32, id (u8 length), body).
