@@ -299,10 +299,7 @@ class QueueManager:
                 self.statistics.dropped_unicast += 1  # gone from the view: the retry logic resends
                 return
 
-    def _unicast_soon(self, nursery: trio.Nursery, member: int, packet: wire.Packet) -> None:
-        nursery.start_soon(self._unicast, member, packet)
-
-    async def _events(self, nursery: trio.Nursery) -> None:
+    async def _events(self) -> None:
         async for event in self.group:
             if isinstance(event, sgcs.ViewChange):
                 await self._on_view(event)
@@ -312,7 +309,7 @@ class QueueManager:
                 except DecodeError:
                     self.statistics.dropped_undecodable += 1
                     continue
-                await self._on_packet(nursery, event.sender, packet)
+                await self._on_packet(event.sender, packet)
 
     async def _on_view(self, change: sgcs.ViewChange) -> None:
         first = not self._view_ready.is_set()
@@ -331,7 +328,7 @@ class QueueManager:
         if first or change.joined:
             await self.group.send(wire.encode(wire.Hello(self.name)))
 
-    async def _on_packet(self, nursery: trio.Nursery, sender: int, packet: wire.Packet) -> None:
+    async def _on_packet(self, sender: int, packet: wire.Packet) -> None:
         if isinstance(packet, wire.Hello):
             old = self._names.get(packet.name)
             self._names[packet.name] = sender
@@ -345,14 +342,14 @@ class QueueManager:
         elif isinstance(packet, wire.ForwardAck):
             self._on_forward_ack(sender, packet)
         elif isinstance(packet, wire.Get):
-            self._on_get(nursery, sender, packet)
+            self._on_get(sender, packet)
         elif isinstance(packet, wire.Messages):
             entry = self._requests.get(packet.request)
             if entry is not None:
                 entry[1].append(packet)
                 entry[0].set()
             elif packet.items:  # the asker gave up: hand the lease back at once
-                self._unicast_soon(nursery, sender, wire.Ack(True, tuple(i.tag for i in packet.items)))
+                self._send_later(sender, wire.Ack(True, tuple(i.tag for i in packet.items)))
         elif isinstance(packet, wire.Ack):
             for memory, store in ((0, self.store), (1, self.memory)):
                 tags = [t >> 1 for t in packet.tags if t & 1 == memory]
@@ -388,14 +385,14 @@ class QueueManager:
                 link.hold_until = trio.current_time() + self._retry
         self._forward_now.set()
 
-    def _on_get(self, nursery: trio.Nursery, sender: int, get: wire.Get) -> None:
+    def _on_get(self, sender: int, get: wire.Get) -> None:
         store = self._store_of(get.queue)
         if store is None:
-            self._unicast_soon(nursery, sender, wire.Messages(get.request, True, ()))
+            self._send_later(sender, wire.Messages(get.request, True, ()))
             return
         items = self._lease(store, sender, get)
         if items or get.wait_ms == 0 or len(self._parked) >= self._max_parked:
-            self._unicast_soon(nursery, sender, wire.Messages(get.request, False, items))
+            self._send_later(sender, wire.Messages(get.request, False, items))
         else:
             self._parked.append((sender, get, trio.current_time() + get.wait_ms / 1000))
 
@@ -423,6 +420,7 @@ class QueueManager:
         self._parked = keep
 
     def _send_later(self, member: int, packet: wire.Packet) -> None:
+        """Send from a task of its own: the event loop must not wait on a full unicast window."""
         self._nursery.start_soon(self._unicast, member, packet)
 
     # ------------------------------------------------------------ background tasks
@@ -508,7 +506,7 @@ async def open_queue_manager(node: sgcs.NodeHandle, name: str, *, path: str | os
             manager = QueueManager(handle, name, store, forward_window=forward_window, retry=retry,
                                    max_parked=max_parked, dead_purge_interval=dead_purge_interval)
             manager._nursery = nursery
-            nursery.start_soon(manager._events, nursery)
+            nursery.start_soon(manager._events)
             nursery.start_soon(manager._forwarder)
             nursery.start_soon(manager._maintenance)
             await manager._view_ready.wait()
