@@ -131,6 +131,9 @@ async def test_long_poll_and_missing_queue(tmp_path: Path) -> None:
         assert again is not None and again.msg_id == message.msg_id and again.deliveries == 2
         await a.ack([again])
         assert await a.get("q@b", timeout=0.2) is None
+        await b.put("q", b"now", 1)
+        ready = await a.get("q@b", timeout=0)  # timeout 0 still asks once
+        assert ready is not None and ready.body == b"now"
 
 
 async def test_a_consumer_that_leaves_without_ack_gets_its_messages_redelivered(tmp_path: Path) -> None:

@@ -220,9 +220,11 @@ class QueueManager:
             await self._wait_changed(deadline)
 
     async def _get_remote(self, queue: str, node: str, count: int, deadline: float, lease: float) -> list[Message]:
-        while trio.current_time() < deadline:
+        while True:  # ask at least once, even with timeout 0
             member = self._names.get(node)
             if member is None:
+                if trio.current_time() >= deadline:
+                    return []
                 await self._wait_names(deadline)
                 continue
             wait = max(0.0, min(deadline - trio.current_time(), 5.0))
@@ -242,8 +244,9 @@ class QueueManager:
                 if reply.items:
                     return [Message(item.tag, queue, item.msg_id, item.priority, item.body, item.deliveries, node)
                             for item in reply.items]
-            # nothing yet, no answer (the manager restarted?) : ask again until the deadline
-        return []
+            # nothing yet, or no answer (the manager restarted?): ask again until the deadline
+            if trio.current_time() >= deadline:
+                return []
 
     async def ack(self, messages: Sequence[Message]) -> None:
         """Acknowledge received messages: they are deleted where they are held."""
