@@ -199,6 +199,18 @@ def _run_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_queue(parser: argparse.ArgumentParser) -> None:
+    from .services.queues.cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _run_queue(args: argparse.Namespace) -> int:
+    from .services.queues.cli import run
+
+    return run(args)
+
+
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: tuple[Command, ...] = (
     ("simulate", _add_simulate, _run_simulate),
@@ -207,6 +219,7 @@ COMMANDS: tuple[Command, ...] = (
     ("analyze", _add_analyze, _run_analyze),
     ("chat", _add_chat, _run_chat),
     ("demo", _add_demo, _run_demo),
+    ("queue", _add_queue, _run_queue),
 )
 _HELP = {
     "simulate": "run a scenario in the deterministic simulator and write a trace directory",
@@ -214,6 +227,7 @@ _HELP = {
     "sweep": "run a grid of simulations as Spark tasks, then fit load and detection time against N",
     "analyze": "run the Spark jobs over trace directories; write report.md, metrics.json and plots",
     "chat": "an interactive member: type lines to multicast them, see deliveries and view changes",
+    "queue": "queue put/get/ls/bind/unbind/purge on a durable queue store, or QUEUE@NODE through sgcs",
     "demo": "a live local group: N member processes multicast, one is killed partway, the others change view",
 }
 

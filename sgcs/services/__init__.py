@@ -1,1 +1,1 @@
-"""Services built on sgcs's public API only: queues, handles, flows, mailboxes."""
+"""Services built on sgcs's public API: transaction-coded handles, message queues, mailboxes for migrating instances."""

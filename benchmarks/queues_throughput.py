@@ -1,0 +1,190 @@
+"""Durable queue throughput: sgcs queues (local and remote) against persist-queue (issue 18).
+
+Local: one ``QueueStore`` file, 100-byte messages, put one at a time (one
+commit each), put in batches of 100 (one commit each batch), get + ack one at
+a time, get + ack in batches of 100; fsync ``full`` (persist-queue's setting:
+WAL with SQLite's default synchronous=FULL) and ``normal``.
+
+persist-queue (``SQLiteQueue`` and ``SQLiteAckQueue``, auto_commit, same file
+system) runs in its own venv (``--pq-python``, default /tmp/pq-venv/bin/python;
+``python3 -m venv /tmp/pq-venv && /tmp/pq-venv/bin/pip install persist-queue``).
+
+Remote: a queue manager in another process on loopback; this process's
+manager puts N messages to ``q@m`` (timed until ``m`` acknowledged the last
+one, i.e. committed it) and then gets them with ack (batches of 512).
+
+    python benchmarks/queues_throughput.py --messages 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BODY = bytes(100)
+SECRET = b"queues throughput secret"
+
+
+def rate(count: int, seconds: float) -> int:
+    return round(count / seconds)
+
+
+def local(messages: int, fsync: str, directory: Path) -> dict[str, int]:
+    from sgcs.services.queues.store import QueueStore
+
+    out = {}
+    store = QueueStore(directory / f"local-{fsync}.db", fsync=fsync)
+    store.bind("q")
+    t = time.perf_counter()
+    for _ in range(messages):
+        store.put("q", BODY, random.randrange(10))
+    out["put x1"] = rate(messages, time.perf_counter() - t)
+    t = time.perf_counter()
+    for start in range(0, messages, 100):
+        store.put_many("q", [(BODY, random.randrange(10)) for _ in range(100)])
+    out["put x100"] = rate(messages, time.perf_counter() - t)
+    t = time.perf_counter()
+    for _ in range(messages):
+        (m,) = store.get("q", "c")
+        store.ack([m.tag], "c")
+    out["get+ack x1"] = rate(messages, time.perf_counter() - t)
+    t = time.perf_counter()
+    for _ in range(0, messages, 100):
+        batch = store.get("q", "c", 100)
+        store.ack([m.tag for m in batch], "c")
+    out["get+ack x100"] = rate(messages, time.perf_counter() - t)
+    store.close()
+    return out
+
+
+PQ = textwrap.dedent("""
+    import json, sys, time, tempfile
+    from persistqueue import SQLiteQueue, SQLiteAckQueue
+    n = int(sys.argv[1]); body = bytes(100); out = {}
+    q = SQLiteQueue(tempfile.mkdtemp(), auto_commit=True)
+    t = time.perf_counter()
+    for _ in range(n): q.put(body)
+    out["put x1"] = round(n / (time.perf_counter() - t))
+    t = time.perf_counter()
+    for _ in range(n): q.get()
+    out["get x1"] = round(n / (time.perf_counter() - t))
+    a = SQLiteAckQueue(tempfile.mkdtemp(), auto_commit=True)
+    t = time.perf_counter()
+    for _ in range(n): a.put(body)
+    out["ack queue put x1"] = round(n / (time.perf_counter() - t))
+    t = time.perf_counter()
+    for _ in range(n):
+        item = a.get(raw=True); a.ack(id=item["pqid"])
+    out["ack queue get+ack x1"] = round(n / (time.perf_counter() - t))
+    print(json.dumps(out))
+""")
+
+
+def persist_queue(messages: int, python: str) -> dict[str, int] | None:
+    if not Path(python).exists():
+        return None
+    done = subprocess.run([python, "-c", PQ, str(messages)], capture_output=True, text=True, timeout=1_800)
+    if done.returncode:
+        print(done.stderr, file=sys.stderr)
+        return None
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+MANAGER = textwrap.dedent("""
+    import sys, trio, sgcs
+    from sgcs.services.queues.manager import open_queue_manager
+    async def main():
+        config = sgcs.Config(name="m", secret=%r, multicast_group=sys.argv[1], multicast_port=int(sys.argv[2]),
+                             beacon_interval=0.1)
+        async with sgcs.open_node(config) as node, open_queue_manager(node, "m", path=sys.argv[3],
+                                                                       fsync=sys.argv[4]) as m:
+            m.bind("q")
+            print("ready", flush=True)
+            await trio.sleep_forever()
+    trio.run(main)
+""" % SECRET)
+
+
+def remote(messages: int, fsync: str, directory: Path) -> dict[str, int]:
+    import trio
+
+    import sgcs
+    from sgcs.services.queues.manager import open_queue_manager
+
+    rng = random.SystemRandom()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    group = f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+    proc = subprocess.Popen([sys.executable, "-c", MANAGER, group, str(port), str(directory / f"m-{fsync}.db"), fsync],
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    out: dict[str, int] = {}
+
+    async def main() -> None:
+        config = sgcs.Config(name="a", secret=SECRET, multicast_group=group, multicast_port=port, beacon_interval=0.1)
+        async with sgcs.open_node(config) as node, open_queue_manager(node, "a", path=directory / f"a-{fsync}.db",
+                                                                       fsync=fsync) as a:
+            while "m" not in a.known_nodes:
+                await trio.sleep(0.01)
+            t = trio.current_time()
+            for _ in range(0, messages, 100):
+                await a.put_many("q@m", [(BODY, random.randrange(10)) for _ in range(100)])
+            while a.store.xmit_count():
+                await trio.sleep(0.005)
+            out["remote put x100 (until committed at m)"] = rate(messages, trio.current_time() - t)
+            t = trio.current_time()
+            got = 0
+            while got < messages:
+                batch = await a.get_many("q@m", 512, timeout=5)
+                await a.ack(batch)
+                got += len(batch)
+            out["remote get+ack x512"] = rate(messages, trio.current_time() - t)
+
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        trio.run(main)
+    finally:
+        proc.kill()
+        proc.wait()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--pq-python", default="/tmp/pq-venv/bin/python")
+    args = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="sgcs-qtput-"))
+    rows: list[tuple[str, str, int]] = []
+    for fsync in ("full", "normal"):
+        for op, value in local(args.messages, fsync, directory).items():
+            rows.append((f"sgcs QueueStore, fsync {fsync}", op, value))
+    pq = persist_queue(args.messages, args.pq_python)
+    for op, value in (pq or {}).items():
+        rows.append(("persist-queue 1.x SQLite (WAL, synchronous FULL)", op, value))
+    for fsync in ("full", "normal"):
+        for op, value in remote(args.messages, fsync, directory).items():
+            rows.append((f"sgcs queue manager, remote over loopback, fsync {fsync}", op, value))
+    print(f"{args.messages:,} messages of {len(BODY)} bytes; msg/s")
+    print("| queue | operation | msg/s |\n|---|---|---:|")
+    for who, op, value in rows:
+        print(f"| {who} | {op} | {value:,} |")
+    if pq is None:
+        print(f"(persist-queue not measured: no {args.pq_python})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

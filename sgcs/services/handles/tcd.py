@@ -1,0 +1,108 @@
+"""Transaction codes and the frame that carries them (issue 18, the ADS middleware).
+
+Theory of operation
+-------------------
+In the ADS communication middleware, data is not addressed to receivers but
+tagged with a **transaction code** (TCD): codes 1-59,999 belong to
+applications, 60,000 and up to the middleware's own coordination. Here the
+code rides in a small header in front of the application's bytes, so one sgcs
+group (the paper's "data field") carries any number of codes, and every member
+filters what it delivers by the codes its receive handles hold.
+
+Frame (big-endian): magic 0xAD, version 1, TCD (u16), priority (u8), target
+node (u64; 0: every member), then the data. Codes fit 16 bits: the reserved
+range is 60,000-65,535. ``decode_frame_untrusted`` raises only ``DecodeError``;
+the module drops and counts such frames.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from sgcs.errors import DecodeError, UsageError
+
+APP_MIN, APP_MAX = 1, 59_999
+RESERVED_MIN, CODE_MAX = 60_000, 65_535
+PRIORITIES = 10
+"""Send priorities 0 (lowest) to 9 (highest), as the queues use."""
+MAGIC, VERSION = 0xAD, 1
+_HEADER = struct.Struct(">BBHBQ")
+HEADER_SIZE = _HEADER.size
+
+# Reserved codes the middleware uses for its own coordination.
+TCD_CLAIM = 60_001
+"""Multicast in total order: "I claim single-TCD receive of code X"."""
+TCD_ANSWER = 60_002
+"""Unicast to a claimant: "fine by me" or "member M holds it"."""
+TCD_RELEASE = 60_003
+"""Multicast: the holder gave the code up (detach, or the handle closed)."""
+TCD_ABANDON = 60_004
+"""Multicast: a refused claimant withdraws its claim."""
+
+
+class Frame(NamedTuple):
+    tcd: int
+    priority: int
+    target: int
+    """The one node meant to keep it (0: every member)."""
+    data: bytes
+
+
+def check_app_code(code: object) -> int:
+    """An application's transaction code, or a one-line UsageError."""
+    if type(code) is not int or not APP_MIN <= code <= APP_MAX:
+        raise UsageError(f"transaction code must be an int from {APP_MIN:,} to {APP_MAX:,} "
+                         f"({RESERVED_MIN:,} and up are reserved for the middleware), got {code!r}")
+    return code
+
+
+def check_priority(priority: object) -> int:
+    if type(priority) is not int or not 0 <= priority < PRIORITIES:
+        raise UsageError(f"data priority must be an int from 0 to {PRIORITIES - 1}, got {priority!r}")
+    return priority
+
+
+def encode_frame(tcd: int, data: bytes, *, priority: int = 0, target: int = 0) -> bytes:
+    return _HEADER.pack(MAGIC, VERSION, tcd, priority, target) + data
+
+
+def decode_frame_untrusted(payload: bytes) -> Frame:
+    if len(payload) < HEADER_SIZE:
+        raise DecodeError("length", f"a frame has at least {HEADER_SIZE} bytes, got {len(payload)}")
+    magic, version, tcd, priority, target = _HEADER.unpack_from(payload)
+    if magic != MAGIC:
+        raise DecodeError("magic", f"{magic:#x}")
+    if version != VERSION:
+        raise DecodeError("version", str(version))
+    if tcd == 0 or priority >= PRIORITIES:
+        raise DecodeError("field", f"tcd {tcd} priority {priority}")
+    return Frame(tcd, priority, target, payload[HEADER_SIZE:])
+
+
+_CLAIM = struct.Struct(">HQ")          # tcd, nonce
+_ANSWER = struct.Struct(">HQQQ")       # tcd, claimant, nonce, holder (0: no objection)
+
+
+def encode_claim(tcd: int, nonce: int) -> bytes:
+    return _CLAIM.pack(tcd, nonce)
+
+
+def decode_claim_untrusted(data: bytes) -> tuple[int, int]:
+    if len(data) != _CLAIM.size:
+        raise DecodeError("length", "claim")
+    tcd, nonce = _CLAIM.unpack(data)
+    if not APP_MIN <= tcd <= APP_MAX:
+        raise DecodeError("field", f"claim of code {tcd}")
+    return tcd, nonce
+
+
+def encode_answer(tcd: int, claimant: int, nonce: int, holder: int) -> bytes:
+    return _ANSWER.pack(tcd, claimant, nonce, holder)
+
+
+def decode_answer_untrusted(data: bytes) -> tuple[int, int, int, int]:
+    if len(data) != _ANSWER.size:
+        raise DecodeError("length", "answer")
+    tcd, claimant, nonce, holder = _ANSWER.unpack(data)
+    return tcd, claimant, nonce, holder

@@ -1,0 +1,46 @@
+"""The ADS handles' blocking facade: two modules driven from plain threads."""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+
+import pytest
+
+import sgcs
+from sgcs.services.handles import Data, ExclusiveRefused
+from sgcs.services.handles.blocking import attach
+
+SECRET = b"blocking handles secret"
+
+
+def network() -> dict[str, object]:
+    rng = random.SystemRandom()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port,
+            "beacon_interval": 0.1}
+
+
+def test_blocking_modules_send_receive_and_refuse_a_second_exclusive_claim() -> None:
+    net = network()
+    with attach(sgcs.Config(name="a", secret=SECRET, **net), "field") as a, \
+            attach(sgcs.Config(name="b", secret=SECRET, **net), "field") as b:
+        deadline = time.monotonic() + 20
+        while len(a.members) < 2 or len(b.members) < 2:
+            assert time.monotonic() < deadline, "the two modules never saw each other"
+            time.sleep(0.02)
+        inbox = b.receive(5)
+        a.multicast(5).send(b"hello", priority=4)
+        event = inbox.receive(timeout=10)
+        assert isinstance(event, Data) and (event.data, event.priority, event.sender) == (b"hello", 4, a.me)
+        assert inbox.receive(timeout=0.1) is None
+        b.receive_exclusive(9)
+        with pytest.raises(ExclusiveRefused, match=f"held by member {b.me}"):
+            a.receive_exclusive(9)
+        with pytest.raises(sgcs.UsageError, match="reserved"):
+            a.multicast(60_000)
+    with pytest.raises(sgcs.UsageError, match="detached"):
+        a.multicast(5).send(b"late")

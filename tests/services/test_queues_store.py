@@ -1,0 +1,409 @@
+"""The SQLite queue store: priorities, FIFO inside a priority, ack and redelivery,
+transactional receive, the two unbind rules, the dead-message monitor, and the
+idempotent commit that store and forward relies on (a hypothesis machine with
+loss, duplication, reordering and crashes of both stores)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from sgcs.errors import UsageError
+from sgcs.services.queues.store import (
+    Forwarded,
+    QueueFull,
+    QueueStore,
+    Unbind,
+    forwarded_id,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> QueueStore:
+    s = QueueStore(tmp_path / "q.db", fsync="off")  # durability has its own test below
+    s.bind("q")
+    return s
+
+
+def test_highest_priority_first_and_fifo_within_a_priority(store: QueueStore) -> None:
+    rng = random.Random(11)
+    items = [(f"{i}".encode(), rng.randrange(10)) for i in range(2_000)]
+    store.put_many("q", items)
+    got = [m for _ in range(2_000) for m in store.get("q", "c")]
+    assert len(got) == 2_000
+    expected = sorted(range(2_000), key=lambda i: (-items[i][1], i))
+    assert [int(m.body) for m in got] == expected
+
+
+def test_no_priority_inversion_over_10000_messages_with_a_backlog(store: QueueStore) -> None:
+    """A backlog keeps growing while a consumer takes messages; no message may be
+    received while a message of higher priority waits (the acceptance's 0 inversions)."""
+    rng = random.Random(5)
+    waiting: dict[int, int] = {}  # priority -> count
+    inversions = received = 0
+    sent = 0
+    while received < 10_000:
+        burst = [(str(sent + i).encode(), rng.randrange(10)) for i in range(rng.randrange(0, 4))]
+        if sent < 10_000 and burst:
+            store.put_many("q", burst)
+            sent += len(burst)
+            for _, p in burst:
+                waiting[p] = waiting.get(p, 0) + 1
+        for m in store.get("q", "c", rng.randrange(1, 3)):
+            inversions += any(p > m.priority and n for p, n in waiting.items())
+            waiting[m.priority] -= 1
+            received += 1
+            store.ack([m.tag], "c")
+    assert received == 10_000 and inversions == 0
+
+
+def test_unacked_messages_come_back_when_the_consumer_dies(store: QueueStore) -> None:
+    store.put_many("q", [(b"a", 1), (b"b", 1)])
+    first = store.get("q", "alice")
+    assert store.get("q", "bob")[0].body == b"b"
+    assert store.get("q", "bob") == []  # a is leased to alice
+    assert store.release_consumer("alice") == 1
+    again = store.get("q", "bob")
+    assert again[0].msg_id == first[0].msg_id and again[0].deliveries == 2
+    assert store.ack([again[0].tag], "alice") == 0  # not alice's lease any more
+    assert store.ack([again[0].tag], "bob") == 1
+
+
+def test_leases_expire_and_a_reopened_store_releases_its_leases(tmp_path: Path) -> None:
+    s = QueueStore(tmp_path / "q.db")
+    s.bind("q")
+    s.put_many("q", [(b"a", 0), (b"b", 0)])
+    s.get("q", "c", lease_until=10.0)
+    s.get("q", "d")
+    assert s.expire(9.0) == 0 and s.expire(10.0) == 1
+    s.close()
+    reopened = QueueStore(tmp_path / "q.db")
+    assert reopened.recovered_leases == 1
+    assert sorted(m.body for m in reopened.get("q", "x", 5)) == [b"a", b"b"]
+
+
+def test_committed_puts_survive_a_reopen_and_memory_stores_do_not_share(tmp_path: Path) -> None:
+    s = QueueStore(tmp_path / "q.db", fsync="full")
+    s.bind("q")
+    ids = s.put_many("q", [(b"x", 3)])
+    s.close()
+    assert QueueStore(tmp_path / "q.db").get("q", "c")[0].msg_id == ids[0]
+    m1, m2 = QueueStore(), QueueStore()
+    m1.bind("q")
+    assert not m2.is_bound("q") and not m1.durable
+
+
+def test_transactional_receive_removes_only_on_commit(store: QueueStore) -> None:
+    store.bind("out")
+    store.put_many("q", [(b"a", 0), (b"b", 0)])
+    tx = store.transaction()
+    assert [m.body for m in tx.get("q")] == [b"a"]
+    tx.put("out", b"A")
+    assert store.info("out").ready == 0  # buffered until commit
+    tx.rollback()
+    assert store.info("q").ready == 2 and store.info("out").ready == 0
+    with store.transaction() as tx2:
+        assert [m.body for m in tx2.get("q")] == [b"a"]  # a came back first
+        tx2.put("out", b"A", 7)
+    assert store.info("q").ready == 1 and store.info("out").depth[7] == 1
+    with pytest.raises(RuntimeError), store.transaction() as tx3:
+        tx3.get("q")
+        raise RuntimeError("the consumer failed")
+    assert store.info("q").ready == 1
+    with pytest.raises(UsageError, match="finished"):
+        tx3.get("q")
+
+
+def test_unbind_highest_leaves_dead_messages_for_the_monitor(store: QueueStore) -> None:
+    store.put_many("q", [(b"a", 0), (b"b", 5), (b"c", 9)])
+    leased = store.get("q", "c")
+    assert store.unbind("q", Unbind.HIGHEST) is True
+    info = store.info("q")
+    assert (info.bound, info.ready, info.leased, info.dead) == (False, 0, 0, 3)
+    with pytest.raises(UsageError, match="not bound"):
+        store.put("q", b"d")
+    with pytest.raises(UsageError, match="not bound"):
+        store.get("q", "c")
+    assert store.ack([leased[0].tag], "c") == 0  # dead, not acknowledged away
+    assert store.purge_dead() == 3
+    assert store.queues() == []
+
+
+def test_unbind_lowest_drains_first(store: QueueStore) -> None:
+    store.put_many("q", [(b"a", 0), (b"b", 5)])
+    assert store.unbind("q", Unbind.LOWEST) is False
+    assert store.info("q").draining
+    with pytest.raises(UsageError, match="draining"):
+        store.put("q", b"late")
+    first = store.get("q", "c")
+    store.ack([first[0].tag])
+    assert store.is_bound("q")
+    with store.transaction() as tx:
+        assert [m.body for m in tx.get("q")] == [b"a"]
+    assert not store.is_bound("q") and store.info("q").dead == 0
+    store.bind("q")  # bound again: accepts sends
+    store.put("q", b"new")
+    assert store.unbind("q", Unbind.LOWEST) is False
+    store.bind("q")
+    assert not store.info("q").draining
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"priority": 10}, "priority must be an int from 0 to 9"),
+    ({"priority": -1}, "priority must be"),
+    ({"priority": 1.5}, "priority must be"),
+    ({"body": "text"}, "body must be bytes"),
+    ({"queue": "nope"}, "not bound"),
+])
+def test_bad_input_is_one_usage_error(store: QueueStore, bad: dict[str, object], message: str) -> None:
+    args = {"queue": "q", "body": b"x", "priority": 0} | bad
+    with pytest.raises(UsageError, match=message):
+        store.put(args["queue"], args["body"], args["priority"])  # type: ignore[arg-type]
+
+
+def test_usage_errors_of_names_modes_and_depth(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="fsync must be one of"):
+        QueueStore(fsync="sometimes")
+    s = QueueStore(max_depth=2)
+    with pytest.raises(UsageError, match="without '@'"):
+        s.bind("q@node")
+    s.bind("q")
+    s.put_many("q", [(b"a", 0), (b"b", 0)])
+    with pytest.raises(QueueFull):
+        s.put("q", b"c")
+    with pytest.raises(UsageError, match="Unbind.HIGHEST"):
+        s.unbind("q", "highest")  # type: ignore[arg-type]
+
+
+def test_full_receiver_takes_what_fits_and_leaves_the_rest_unacknowledged() -> None:
+    receiver = QueueStore(max_depth=1)
+    receiver.bind("q")
+    batch = [Forwarded(1, "q", 0, b"a"), Forwarded(2, "q", 0, b"b")]
+    result = receiver.accept_forwarded(7, 1, batch)
+    assert (result.accepted, result.done, result.full) == (1, (1,), True)
+    assert receiver.info("q").ready == 1
+    (m,) = receiver.get("q", "c")
+    receiver.ack([m.tag], "c")
+    again = receiver.accept_forwarded(7, 1, batch)
+    assert (again.accepted, again.duplicates, again.done, again.full) == (1, 1, (1, 2), False)
+
+
+def test_forwarded_to_an_unbound_queue_is_kept_dead() -> None:
+    receiver = QueueStore()
+    result = receiver.accept_forwarded(3, 1, [Forwarded(1, "missing", 4, b"x")])
+    assert (result.accepted, result.dead, result.done) == (0, 1, (1,))
+    assert receiver.info("missing").dead == 1
+
+
+DEPTH = 8
+"""The forwarding machine's receiving queue holds at most this many messages."""
+
+
+class ForwardMachine(RuleBasedStateMachine):
+    """A sender store forwards to a receiver store over a channel that loses,
+    duplicates and reorders batches and acknowledgements; either store may
+    crash (closed and reopened from its file) at any step, and the receiving
+    queue is small (``DEPTH``), so batches are often taken only in part. Every message
+    committed by the sender is committed exactly once by the receiver, and the
+    sender forgets it only after that."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="sgcs-fwd-"))
+        self.sender = QueueStore(self.dir / "a.db", fsync="off")
+        self.receiver = QueueStore(self.dir / "b.db", fsync="off", audit=True, max_depth=DEPTH)
+        self.receiver.bind("q")
+        self.consumed: set[bytes] = set()
+        self.committed: list[int] = []
+        self.batches: list[tuple[int, list[Forwarded]]] = []  # in flight: (floor, batch)
+        self.acks: list[list[int]] = []
+
+    @rule(count=st.integers(1, 5), priority=st.integers(0, 9))
+    def send(self, count: int, priority: int) -> None:
+        self.committed += self.sender.enqueue_remote("b", "q", [(b"m", priority)] * count)
+
+    @rule(limit=st.integers(1, 6))
+    def forward(self, limit: int) -> None:
+        rows = self.sender.xmit_pending("b", limit=limit)
+        if rows:
+            batch = [Forwarded(r.seq, r.queue, r.priority, r.body) for r in rows]
+            self.batches.append((self.sender.xmit_floor("b"), batch))
+
+    @precondition(lambda self: self.batches)
+    @rule(pick=st.integers(0, 100), duplicate=st.booleans(), lose=st.booleans())
+    def deliver_batch(self, pick: int, duplicate: bool, lose: bool) -> None:
+        floor, batch = self.batches[pick % len(self.batches)]
+        if not duplicate:
+            self.batches.remove((floor, batch))
+        if lose:
+            return
+        result = self.receiver.accept_forwarded(self.sender.origin, floor, batch)
+        assert set(result.done) <= {m.seq for m in batch}
+        assert result.full or len(result.done) == len(batch)
+        self.acks.append(list(result.done))
+
+    @rule(count=st.integers(1, 4))
+    def consume(self, count: int) -> None:
+        """The receiver's consumers make room (the receiver holds at most DEPTH messages)."""
+        for m in self.receiver.get("q", "c", count):
+            self.consumed.add(m.msg_id)
+            self.receiver.ack([m.tag], "c")
+
+    @precondition(lambda self: self.acks)
+    @rule(pick=st.integers(0, 100), lose=st.booleans())
+    def deliver_ack(self, pick: int, lose: bool) -> None:
+        seqs = self.acks.pop(pick % len(self.acks))
+        if not lose:
+            self.sender.xmit_done("b", seqs)
+
+    @rule()
+    def crash_sender(self) -> None:
+        self.sender.close()
+        self.sender = QueueStore(self.dir / "a.db", fsync="off")
+
+    @rule()
+    def crash_receiver(self) -> None:
+        self.receiver.close()
+        self.receiver = QueueStore(self.dir / "b.db", fsync="off", audit=True, max_depth=DEPTH)
+
+    @invariant()
+    def exactly_once_so_far(self) -> None:
+        counts = self.receiver.audit_counts()
+        assert all(n == 1 for n in counts.values()), counts
+        held = {r.seq for r in self.sender.xmit_pending("b", limit=10**6, max_bytes=10**9)}
+        arrived = {int.from_bytes(i[8:], "big") for i in counts}
+        # nothing is lost: every committed message is still held by the sender or arrived
+        assert set(self.committed) <= held | arrived
+        # the sender forgets only what arrived
+        assert set(self.committed) - held <= arrived
+        assert self.receiver.seen_count() <= len(self.committed)
+
+    def teardown(self) -> None:
+        # drain: a reliable channel at the end delivers everything exactly once
+        for _ in range(1_000):
+            rows = self.sender.xmit_pending("b", limit=50)
+            if not rows:
+                break
+            self.consume(DEPTH)
+            batch = [Forwarded(r.seq, r.queue, r.priority, r.body) for r in rows]
+            result = self.receiver.accept_forwarded(self.sender.origin, self.sender.xmit_floor("b"), batch)
+            self.sender.xmit_done("b", result.done)
+        counts = self.receiver.audit_counts()
+        assert sorted(counts) == sorted(forwarded_id(self.sender.origin, s) for s in self.committed)
+        assert self.receiver.info("q").ready + len(self.consumed) == len(self.committed)
+        self.sender.close()
+        self.receiver.close()
+
+
+TestForwardMachine = ForwardMachine.TestCase
+TestForwardMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
+                                       suppress_health_check=[HealthCheck.too_slow])
+
+
+class ReceiveMachine(RuleBasedStateMachine):
+    """Puts, gets by several consumers, acks, consumer deaths, transactions and
+    crashes against a plain model: the store hands out exactly the model's next
+    message (highest priority, then oldest) and loses nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        self.path = Path(tempfile.mkdtemp(prefix="sgcs-rcv-")) / "q.db"
+        self.store = QueueStore(self.path, fsync="off")
+        self.store.bind("q")
+        self.ready: dict[bytes, tuple[int, int]] = {}  # msg_id -> (priority, order)
+        self.leased: dict[int, tuple[str, bytes, int, int]] = {}  # tag -> (owner, id, priority, order)
+        self.order = 0
+
+    @rule(priority=st.integers(0, 9))
+    def put(self, priority: int) -> None:
+        (msg_id,) = self.store.put_many("q", [(b"x", priority)])
+        self.order += 1
+        self.ready[msg_id] = (priority, self.order)
+
+    @rule(consumer=st.sampled_from(["a", "b", "c"]), count=st.integers(1, 3))
+    def get(self, consumer: str, count: int) -> None:
+        got = self.store.get("q", consumer, count)
+        expected = sorted(self.ready, key=lambda i: (-self.ready[i][0], self.ready[i][1]))[:count]
+        assert [m.msg_id for m in got] == expected
+        for m in got:
+            priority, order = self.ready.pop(m.msg_id)
+            self.leased[m.tag] = (consumer, m.msg_id, priority, order)
+
+    @precondition(lambda self: self.leased)
+    @rule(pick=st.integers(0, 100))
+    def ack(self, pick: int) -> None:
+        tag = sorted(self.leased)[pick % len(self.leased)]
+        owner = self.leased.pop(tag)[0]
+        assert self.store.ack([tag], owner) == 1
+
+    @rule(consumer=st.sampled_from(["a", "b", "c"]))
+    def consumer_dies(self, consumer: str) -> None:
+        back = [tag for tag, v in self.leased.items() if v[0] == consumer]
+        assert self.store.release_consumer(consumer) == len(back)
+        for tag in back:
+            _, msg_id, priority, order = self.leased.pop(tag)
+            self.ready[msg_id] = (priority, order)
+
+    @rule(commit=st.booleans())
+    def transaction(self, commit: bool) -> None:
+        tx = self.store.transaction()
+        got = tx.get("q")
+        if got and self.ready:
+            expected = min(self.ready, key=lambda i: (-self.ready[i][0], self.ready[i][1]))
+            assert got[0].msg_id == expected
+        if commit:
+            tx.commit()
+            for m in got:
+                self.ready.pop(m.msg_id)
+        else:
+            tx.rollback()
+
+    @rule()
+    def crash(self) -> None:
+        self.store.close()
+        self.store = QueueStore(self.path, fsync="off")
+        for _, msg_id, priority, order in self.leased.values():
+            self.ready[msg_id] = (priority, order)
+        self.leased.clear()
+
+    @invariant()
+    def counts_match(self) -> None:
+        info = self.store.info("q")
+        assert info.ready == len(self.ready) and info.leased == len(self.leased)
+        depth = [0] * 10
+        for priority, _ in self.ready.values():
+            depth[priority] += 1
+        assert list(info.depth) == depth
+
+    def teardown(self) -> None:
+        self.store.close()
+
+
+TestReceiveMachine = ReceiveMachine.TestCase
+TestReceiveMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
+                                       suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_depth_is_kept_by_triggers_and_recounted_at_open(tmp_path: Path) -> None:
+    s = QueueStore(tmp_path / "d.db", fsync="off", max_depth=3)
+    s.bind("q")
+    s.put_many("q", [(b"a", 0), (b"b", 0), (b"c", 0)])
+    with pytest.raises(QueueFull):
+        s.put("q", b"d")
+    (m,) = s.get("q", "c")
+    assert s.ack([m.tag], "c") == 1
+    s.put("q", b"d")  # room again after the ack
+    s._db.execute("DELETE FROM depth")  # as a file from before the triggers
+    s.close()
+    reopened = QueueStore(tmp_path / "d.db", fsync="off", max_depth=3)
+    with pytest.raises(QueueFull):
+        reopened.put("q", b"e")
