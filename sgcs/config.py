@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import ipaddress
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,6 +156,8 @@ class Config:
     def from_toml(cls, path: str | Path, **overrides: Any) -> "Config":
         """Load fields from a TOML file; keyword arguments override it."""
         try:
+            import tomllib  # only here: importing sgcs should not pay for the TOML parser
+
             data = tomllib.loads(Path(path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise UsageError(f"cannot read config {path}: {exc}") from None

@@ -317,8 +317,7 @@ class Node:
             if state.next_beacon is not None and state.next_beacon <= now:
                 state.next_beacon = now + self.config.beacon_interval
                 if state.agreement.coordinator() == self.id:
-                    order_code = ORDER_CODES.index(state.order)
-                    self._route(out, state, [state.agreement.beacon(self.incarnation, order_code)])
+                    self._beacon(out, state, None)
             self._route(out, state, state.on_timeout(now))
             self._drain(out, state, now)
         return out
@@ -465,10 +464,15 @@ class Node:
             return self._order_mismatch(state, header.sender, msg, src, now)
         state.joining = False  # a member with our order answered: we are in
         if msg.reply_wanted and header.sender not in state.view:
-            # a joiner announces itself: merge it without waiting for its beacon
-            self._route(out, state, state.on_agreement(state.agreement.merge_with({header.sender: 0}, header.sender,
-                                                                                  now), now))
-            self._drain(out, state, now)
+            if header.sender < self.id and state.agreement.coordinator() == self.id:
+                # the lower coordinator merges, and this joiner missed our
+                # beacon (it went out before the joiner listened; the next is
+                # a beacon interval away): tell it of our component now
+                self._beacon(out, state, src)
+            else:  # a joiner announces itself: merge it without waiting for its beacon
+                self._route(out, state, state.on_agreement(state.agreement.merge_with(
+                    {header.sender: 0}, header.sender, now), now))
+                self._drain(out, state, now)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
             self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
@@ -681,6 +685,14 @@ class Node:
                 self._drops["no_address"] = self._drops.get("no_address", 0) + 1
                 continue
             self._emit(out, Send(address, data, msg_type))
+
+    def _beacon(self, out: list[Action], state: GroupStack, to: Address | None) -> None:
+        """Our component's beacon: multicast, or to one joiner's address."""
+        beacon = state.agreement.beacon(self.incarnation, ORDER_CODES.index(state.order))
+        if to is None:
+            self._route(out, state, [beacon])
+        else:
+            self._emit(out, Send(to, self._sealer.seal(beacon.msg_type, Flag.NONE, beacon.body), beacon.msg_type))
 
     def _multicast_hello(self, out: list[Action], state: GroupStack, reply_wanted: bool) -> None:
         body = encode_hello(HelloMsg(state.tag, state.order, reply_wanted))

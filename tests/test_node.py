@@ -439,3 +439,24 @@ def test_joiner_with_another_order_is_refused_and_the_group_undisturbed() -> Non
     errors = [e for r in replies for e in joiner.handle_datagram(1, r.data, 1.2) if isinstance(e, GroupError)]
     assert len(errors) == 1 and "join it with order='total'" in errors[0].message
     assert "g" not in joiner.groups
+
+
+def test_a_lower_joiner_that_missed_our_beacon_merges_on_its_hello() -> None:
+    """8 processes started together: a member whose socket opened after the
+    others' first beacons was left alone for a whole beacon interval (its
+    hello reached a higher coordinator, which leaves merging to the lower
+    one). The coordinator now answers such a hello with its beacon."""
+    b, c = make_node(2), make_node(3)
+    nodes = {2: b, 3: c}
+    pump(nodes, {2: b.join("g", 0.0), 3: c.join("g", 0.0)}, 0.0, 0.5)
+    assert b.view("g")[1] == (2, 3)
+    joiner = make_node(1)
+    nodes[1] = joiner
+    hello = [a for a in joiner.join("g", 0.6) if isinstance(a, Multicast) and a.msg_type is MsgType.HELLO]
+    answer = b.handle_datagram(1, hello[0].data, 0.6)
+    assert [a.msg_type for a in of(Send, answer) if a.dst == 1].count(MsgType.BEACON) == 1
+    (beacon,) = [a for a in of(Send, answer) if a.msg_type is MsgType.BEACON]
+    proposal = joiner.handle_datagram(2, beacon.data, 0.61)
+    assert [a.msg_type for a in of(Multicast, proposal)] == [MsgType.PROPOSE], "the lower coordinator merges"
+    pump(nodes, {1: proposal}, 0.61, 1.0)
+    assert joiner.view("g")[1] == b.view("g")[1] == c.view("g")[1] == (1, 2, 3)
