@@ -200,6 +200,11 @@ class GroupStack:
         self.void: dict[int, tuple[int, int]] = {}
         """Per sender, the range (low, high] of its records rolled back by the last view change."""
         self.discarded = 0
+        self.abandoned: Commit | None = None
+        """A committed view we gave up completing: members that installed it
+        deliver our messages sent under it, so we may not report them rolled back."""
+        self.fate_unknown = 0
+        """Own messages we neither delivered nor rolled back (``abandoned``)."""
         self.own_last = 0
         self._request_at: float | None = None
         self.rejected = BoundedSet(MAX_REJECTED)
@@ -356,6 +361,7 @@ class GroupStack:
             self._commit_deadline = now + 2 * self.agreement.view_timeout
         elif now >= self._commit_deadline:
             self.committing = None
+            self.abandoned = commit
             return self.on_agreement(self.agreement.give_up(commit), now)
         return []
 
@@ -392,7 +398,11 @@ class GroupStack:
             if message.sender in foreign:
                 continue  # its records come afresh after the cut, in the new view
             if message.sender not in new or left_out:
-                if message.sender == self.me:
+                if message.sender != self.me:
+                    continue
+                if self._maybe_delivered_elsewhere(message):
+                    self.fate_unknown += 1
+                else:
                     self._happen(RolledBack(message))  # sent under a view we are not in
                 continue
             if self._rolled_back(message):
@@ -400,6 +410,7 @@ class GroupStack:
                 continue
             kept.append(message)
         self._release(self._order(self._pass_gate(kept)))  # a later change's messages stay held
+        self.abandoned = None
         self._happen(None)
         return self.on_agreement(frames, now)
 
@@ -411,6 +422,16 @@ class GroupStack:
         self.released = []
         if event is not None:
             self.events.append(event)
+
+    def _maybe_delivered_elsewhere(self, message: Message) -> bool:
+        """Our held message, as we leave a committed view we could not complete:
+        unless that commit rolled it back, the members that installed the view
+        deliver it there (virtual synchrony: a member that drops out of a view
+        does not learn the fate of its last messages)."""
+        abandoned = self.abandoned
+        if abandoned is None:
+            return False
+        return not abandoned.cut.get(self.me, 0) < message.seq <= abandoned.rollback.get(self.me, 0)
 
     def _rolled_back(self, message: Message) -> bool:
         low, high = self.void.get(message.sender, (0, 0))

@@ -341,8 +341,13 @@ class ViewAgreement:
         proposal = _Proposal(msg.epoch, msg.attempt, src, members)
         if self.me not in members or proposal.epoch <= self.view.epoch or proposal.attempt > MAX_ATTEMPT:
             return []
-        if self.committing is not None and proposal.epoch <= self.committing.view.epoch:
-            return []  # we install a view of that epoch: agreeing to another would make two
+        if self.committing is not None:
+            # We complete a committed view V. Its messages are V's, whatever
+            # comes next: a flush now would report the snapshot taken before
+            # V and offer our messages sent under V for rollback, which the
+            # members that installed V may have delivered. Once V is
+            # installed, the coordinator's repeated proposal finds us.
+            return []
         if src not in self.view and not set(self.view.members) - self.failed - self.leaving <= set(members):
             return []  # a merge takes whole components: this one is stale or partial
         if self.accepted is not None and proposal.key < self.accepted.key:
