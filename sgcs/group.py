@@ -394,9 +394,12 @@ class GroupStack:
         self.held_senders, self.first_optimistic = set(), {}
         left_out = new == (self.me,) and len(old.members) > 1
         kept: list[Message] = []
+        tag = commit.view.epoch % 64
         for message in held:
             if message.sender in foreign:
                 continue  # its records come afresh after the cut, in the new view
+            if message.optimistic and message.epoch_tag != tag and commit.moved_on(message.sender, old):
+                continue  # sent under the view we missed: its members delivered it there (or rolled it back)
             if message.sender not in new or left_out:
                 if message.sender != self.me:
                     continue

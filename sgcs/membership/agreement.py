@@ -132,6 +132,12 @@ class Commit:
         digest = view_digest(view) & _HALF
         return origin is None or digest in (origin >> 31, origin & _HALF)
 
+    def moved_on(self, member: int, view: View) -> bool:
+        """``member`` comes from the view after ``view``: one we missed."""
+        origin = self.origins.get(member)
+        digest = view_digest(view) & _HALF
+        return origin is not None and origin >> 31 != digest and origin & _HALF == digest
+
 
 _HALF = (1 << 31) - 1
 
