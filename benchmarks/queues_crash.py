@@ -227,8 +227,8 @@ def harness(args: argparse.Namespace) -> int:
     try:
         while "consumer" not in h.finished:
             time.sleep(0.05)
-            if os.path.exists(QUIET):
-                paused = pause_while_quiet([*h.procs.values(), *(c[0] for c in churn)])
+            if args.pause_while and os.path.exists(args.pause_while):
+                paused = pause_while_quiet(args.pause_while, [*h.procs.values(), *(c[0] for c in churn)])
                 start += paused  # the machine's quiet time is not soak time
                 h.paused += paused
                 next_kill, next_churn, next_rss, last_report = (x + paused for x in
@@ -281,17 +281,14 @@ def harness(args: argparse.Namespace) -> int:
     return verify(args, h, elapsed)
 
 
-QUIET = "/tmp/sgcs-quiet"
-"""While this file exists another job measures performance: every process of the run is stopped."""
-
-
-def pause_while_quiet(procs: list[subprocess.Popen[str]]) -> float:
+def pause_while_quiet(marker: str, procs: list[subprocess.Popen[str]]) -> float:
+    """While ``marker`` exists another job measures performance: every process of the run is stopped."""
     began = time.monotonic()
     live = [p for p in procs if p.poll() is None]
     for proc in live:
         os.kill(proc.pid, signal.SIGSTOP)
-    print(f"  paused while {QUIET} exists", flush=True)
-    while os.path.exists(QUIET):
+    print(f"  paused while {marker} exists", flush=True)
+    while os.path.exists(marker):
         time.sleep(5)
     for proc in live:
         os.kill(proc.pid, signal.SIGCONT)
@@ -388,6 +385,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="producer msg/s cap (0: as fast as it can)")
     parser.add_argument("--seed", type=int, default=random.SystemRandom().randrange(10**6))
     parser.add_argument("--timeout", type=float, default=1_800.0)
+    parser.add_argument("--pause-while", metavar="FILE", default=None,
+                        help="stop every process of the run while FILE exists (a soak sharing the machine with "
+                             "benchmarks: the quiet time is not soak time); default: never pause")
     parser.add_argument("--victims", default="producer,manager,consumer",
                         help="comma-separated roles to kill (default all three)")
     parser.add_argument("--keep-killing", action="store_true",
