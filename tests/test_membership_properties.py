@@ -435,7 +435,7 @@ set it (e.g. 2000) for a longer exploration, or run ``benchmarks/explore.py``.""
 
 def _explore(machine: type[MembershipNetwork], examples: int) -> type[MembershipNetwork]:
     # Not random in CI (yet): random exploration of this machine still finds
-    # invariant-7 corners of view changes (README, "Known limits"), e.g.
+    # invariant-5 and 7 corners of view changes in total order (README, "Known limits"), e.g.
     # SGCS_MEMBERSHIP_EXAMPLES=100 pytest tests/test_membership_properties.py -k membership_network
     # --hypothesis-seed=7. benchmarks/explore.py runs it randomly and counts them.
     # The adversarial machines of test_node.py run fresh random examples.
