@@ -479,6 +479,9 @@ class GroupStack:
     def member_failed(self, member: int, now: float) -> list:
         return self.on_agreement(self.agreement.member_failed(member, now), now)
 
+    def member_restarted(self, member: int, now: float) -> list:
+        return self.on_agreement(self.agreement.member_restarted(member, now), now)
+
     def member_leaving(self, member: int, now: float) -> list:
         return self.on_agreement(self.agreement.member_leaving(member, now), now)
 

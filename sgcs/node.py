@@ -303,7 +303,7 @@ class Node:
         out: list[Action] = []
         for state in list(self._groups.values()):
             if member in state.view:
-                self._route(out, state, state.member_failed(member, now))
+                self._route(out, state, state.member_restarted(member, now))
                 self._drain(out, state, now)
         return out
 

@@ -702,3 +702,27 @@ def test_readmit_watches_a_failed_member_afresh() -> None:
     assert events([o for _, o in run_until(d, 5.0 + d.suspect_timeout() * 0.9)]) == [], "a newcomer's grace"
     assert ("suspect", 1) in events([o for _, o in run_until(d, 20.0)]), "silent: suspected again"
     assert 1 in d.failed
+
+
+def test_a_restarted_coordinator_heard_again_is_still_gone() -> None:
+    """4's coordinator 1 restarted: hearing its new self must not clear the
+    verdict against the old one, or 4 waits in the old view for ever (found by
+    the randomized total-order machine, seed 12345: 1, 2 and 3 restarted into
+    a view of their own, 4 kept (1..6) for 30 s). Its new self comes back by
+    merging only once a view without the old one is installed."""
+    va = agreements({1, 2, 3, 4})
+    assert va[4].coordinator() == 1
+    va[4].member_restarted(1, 0.0)
+    va[4].member_alive(1)  # the new incarnation is heard: evidence of life, of another process
+    assert va[4].coordinator() == 2, "the old 1 stays failed"
+    va[4].member_failed(1, 0.0)
+    va[4].member_alive(1)
+    assert 1 in va[4].failed
+    (propose,) = ctl(va[2].member_restarted(1, 0.0), MsgType.PROPOSE)
+    assert members_of(body(propose)) == (2, 3, 4)
+    va[2].merge_with({1: 1, 5: 1}, 5, 0.0)  # a component holding the new 1 and a stranger
+    assert 5 in va[2].joiners and 1 not in va[2].joiners, "its new self waits for the next view"
+    plain = agreements({1, 2, 3})
+    plain[3].member_failed(1, 0.0)
+    plain[3].member_alive(1)
+    assert plain[3].coordinator() == 1, "an ordinary verdict is cleared by evidence of life"

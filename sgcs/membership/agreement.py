@@ -193,6 +193,15 @@ class ViewAgreement:
         """The view installed before ``view``."""
         self.leaving: set[int] = set()
         self.failed: set[int] = set()
+        self.restarted: set[int] = set()
+        """Members of our view whose process restarted (a datagram of a new
+        incarnation arrived). The incarnation the view holds is gone for good,
+        so hearing from the member (its new self) does not clear the verdict,
+        and the new self is not merged in until a view without the old one is
+        installed. Without this, a member whose coordinator restarted heard the
+        new coordinator, took that as evidence that the old one lived, and
+        waited in the old view for ever (randomized total-order machine, seed
+        12345)."""
         self.joiners: dict[int, int] = {}
         """Members of other components to merge in, with the epoch of their view."""
         self.accepted: _Proposal | None = None
@@ -235,9 +244,17 @@ class ViewAgreement:
         self.joiners.pop(member, None)
         return self.reconsider(now)
 
+    def member_restarted(self, member: int, now: float) -> list[AgreementOut]:
+        """``member``'s process restarted: the incarnation in our view failed."""
+        if member in self.view and member != self.me:
+            self.restarted.add(member)
+        return self.member_failed(member, now)
+
     def member_alive(self, member: int) -> None:
-        """A member declared failed was heard from again: a later change may keep it."""
-        self.failed.discard(member)
+        """A member declared failed was heard from again: a later change may
+        keep it, unless what we heard is a new incarnation of it."""
+        if member not in self.restarted:
+            self.failed.discard(member)
 
     def member_leaving(self, member: int, now: float) -> list[AgreementOut]:
         if member in self.view:
@@ -259,6 +276,8 @@ class ViewAgreement:
         room = self.max_members - self._wanted_count()
         taken = False
         for member in sorted(members):  # sorted: which ones get in must not depend on set order
+            if member in self.restarted:
+                continue  # its new self merges once a view without the old one is installed
             if member in self.joiners or member in self.view and member not in self.failed:
                 self.joiners[member] = members[member]
             elif room > 0:
@@ -444,6 +463,7 @@ class ViewAgreement:
         # detector watches it afresh instead, and finds it again if it is dead.
         self.failed &= set(self.view.members) if commit.coordinator == self.me else set()
         self.leaving &= set(self.view.members)
+        self.restarted = set()  # a member in the new view flushed to its coordinator: a live process
         self.suspected &= set(self.view.members)
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
         self.accepted = self.snapshot = self.commit_wait = self.committing = None
