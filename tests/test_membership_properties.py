@@ -215,6 +215,23 @@ class Cluster:
         assert not self.problems, "\n".join(self.problems[:10])
         views = {node_id: node.view(GROUP) for node_id, node in sorted(self.nodes.items())}
         assert stable >= 2, f"live nodes {live} did not converge within {CONVERGE_WITHIN} s: {views}"
+        self.run(1.0)
+        self._check_final_view_agreement()
+
+    def _check_final_view_agreement(self) -> None:
+        """Invariants 5 and 6 for the last view, which no next view closes:
+        once the live nodes agree on it and the network is calm, each has
+        delivered the same messages in it (a message one of them delivered
+        there and another never does was lost to that survivor)."""
+        segments = {node: self.segment.get(node) for node in sorted(self.nodes)}
+        first_node, first = next(iter(segments.items()))
+        assert first is not None, f"node {first_node} installed no view"
+        for node, segment in segments.items():
+            assert segment is not None and segment[0] == first[0], f"node {node} is not in {first[0]}"
+            missing, extra = sorted(first[1] - segment[1]), sorted(segment[1] - first[1])
+            assert not missing and not extra, (
+                f"final view {first[0]}: node {node} delivered {extra} that node {first_node} did not, "
+                f"and not {missing}")
 
     def paused(self, node_id: int) -> bool:
         return self.paused_until.get(node_id, 0.0) > self.now
