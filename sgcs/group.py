@@ -170,7 +170,7 @@ class GroupStack:
             raise UsageError(f"group {name!r}: {len(initial)} members given, Config.max_members is "
                              f"{params.max_members}; raise it or join with fewer")
         self.agreement = ViewAgreement(me, initial, view_timeout, now, self.tag, epoch=1 if len(initial) > 1 else 0,
-                                       max_members=params.max_members)
+                                       max_members=params.max_members, ordered=order is not Order.FIFO)
         self.optimistic = optimistic
         if order is not Order.FIFO:
             # a message must list every ACK gathered before it (its causal past),
@@ -335,7 +335,14 @@ class GroupStack:
         old = self.view.members
         if commit.view.members == (self.me,) and not commit.cut:
             return self._install(now)  # left out: start again alone
-        self.foreign = frozenset(m for m in old if m in commit.view and not commit.shares(m, self.view))
+        # A FIFO member that lags (it missed the commit of our view) is ours up
+        # to the cut: we may have delivered its messages sent under our view's
+        # proposal on receipt, so every member of our view delivers them here.
+        # An ordered group delivers nothing at once: its laggards are foreign
+        # (the cut leaves their messages to the next view; agreement._holds_for).
+        fifo, agreement = self.ordering is None, self.agreement
+        self.foreign = frozenset(m for m in old if m in commit.view and not commit.shares(m, self.view)
+                                 and not (fifo and agreement.lags(m, commit)))
         for sender in old:
             if sender not in self.foreign:
                 self.stream.expect(sender, commit.cut.get(sender, 0), now)

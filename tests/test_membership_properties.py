@@ -75,11 +75,15 @@ class Cluster:
         self.last_seq: dict[tuple[int, int], int] = {}
         self.segment: dict[int, tuple[str, set[Message]]] = {}
         """Per node: its current installed view and what it delivered in it."""
+        self.came_from: dict[int, str | None] = {}
+        """Per node: the view it installed before its current one."""
         self.segments: dict[tuple[str, str], tuple[int, frozenset[Message]]] = {}
         """(view, next view) -> the first node that closed that segment, and its messages."""
         self.installed: dict[str, tuple[int, ...]] = {}
         self.optimistic_views: dict[str, tuple[int, ...]] = {}
         self.sent_under: dict[Message, str] = {}
+        self.sent_in: dict[Message, str] = {}
+        """Every multicast: the view it was sent in (optimistic or installed)."""
         self.rolled_back: set[Message] = set()
         self.delivered_anywhere: dict[Message, list[tuple[int, str]]] = {}
 
@@ -219,19 +223,29 @@ class Cluster:
         self._check_final_view_agreement()
 
     def _check_final_view_agreement(self) -> None:
-        """Invariants 5 and 6 for the last view, which no next view closes:
-        once the live nodes agree on it and the network is calm, each has
-        delivered the same messages in it (a message one of them delivered
-        there and another never does was lost to that survivor)."""
-        segments = {node: self.segment.get(node) for node in sorted(self.nodes)}
-        first_node, first = next(iter(segments.items()))
-        assert first is not None, f"node {first_node} installed no view"
-        for node, segment in segments.items():
-            assert segment is not None and segment[0] == first[0], f"node {node} is not in {first[0]}"
-            missing, extra = sorted(first[1] - segment[1]), sorted(segment[1] - first[1])
-            assert not missing and not extra, (
-                f"final view {first[0]}: node {node} delivered {extra} that node {first_node} did not, "
-                f"and not {missing}")
+        """Invariants 5 and 6 for the last view, which no next view closes,
+        once the live nodes agree on it and the network is calm: nodes that
+        came to it from the same view delivered the same messages in it (as
+        if a next view followed), and every message one of them delivered in
+        it, the others delivered too, there or in the view before (a member
+        that missed a view delivers its messages sent under it in the next)."""
+        final = {node: self.segment.get(node) for node in sorted(self.nodes)}
+        by_pair: dict[tuple[str | None, str], tuple[int, set[Message]]] = {}
+        for node, segment in final.items():
+            assert segment is not None, f"node {node} installed no view"
+            first_node, first = by_pair.setdefault((self.came_from.get(node), segment[0]), (node, segment[1]))
+            assert first == segment[1], (
+                f"final view {segment[0]}, from {self.came_from.get(node)}: node {node} delivered "
+                f"{sorted(segment[1] - first)} that node {first_node} did not, and not {sorted(first - segment[1])}")
+        for node, segment in final.items():
+            for other, (_, messages) in final.items():  # type: ignore[misc]
+                lost = sorted(m for m in messages - self.delivered[node] if node in self._sent_among(m))
+                assert not lost, (f"final view {segment[0]}: node {node} never delivered {lost}, which node {other} "
+                                  f"did, though it was in the view they were sent in")
+
+    def _sent_among(self, message: Message) -> tuple[int, ...]:
+        view = self.sent_in.get(message)
+        return self.installed.get(view, self.optimistic_views.get(view, ())) if view else ()
 
     def paused(self, node_id: int) -> bool:
         return self.paused_until.get(node_id, 0.0) > self.now
@@ -253,6 +267,7 @@ class Cluster:
         self.delivered[node_id] = set()  # a new incarnation has a history of its own
         self.last_seq = {k: v for k, v in self.last_seq.items() if k[0] != node_id}
         self.segment.pop(node_id, None)
+        self.came_from.pop(node_id, None)
 
     def _apply(self, node_id: int, actions: list) -> None:
         for action in actions:
@@ -320,9 +335,12 @@ class Cluster:
                 self.problems.append(
                     f"invariant 5: t={row['t']:.4f} between views {key[0]} and {key[1]} node {node} delivered "
                     f"{sorted(got)} but node {first} {sorted(reference)}")
+        self.came_from[node] = None if previous is None else previous[0]
         self.segment[node] = (row["view_id"], set())
 
     def _on_send(self, row: dict) -> None:
+        if row["dest"] is None:
+            self.sent_in[(row["sender"], row["seq"])] = row["view_id"]
         if row["dest"] is None and row["optimistic"]:
             self.sent_under[(row["sender"], row["seq"])] = row["view_id"]
 

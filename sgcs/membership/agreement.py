@@ -132,6 +132,14 @@ class Commit:
         digest = view_digest(view) & _HALF
         return origin is None or digest in (origin >> 31, origin & _HALF)
 
+    def came_from(self, member: int, alike: View | None) -> int | None:
+        """31 bits of the digest of the view ``member`` flushed from; when
+        every member flushed from one view (no origins sent), that is ``alike``."""
+        origin = self.origins.get(member)
+        if origin:
+            return origin >> 31
+        return None if alike is None else view_digest(alike) & _HALF
+
     def moved_on(self, member: int, view: View) -> bool:
         """``member`` comes from the view after ``view``: one we missed."""
         origin = self.origins.get(member)
@@ -198,8 +206,11 @@ class ViewAgreement:
     """The view of one group on one member, and the changes that move it."""
 
     def __init__(self, me: int, members: Iterable[int], view_timeout: float, now: float, tag: int = 0,
-                 epoch: int = 1, max_members: int = 4_096) -> None:
+                 epoch: int = 1, max_members: int = 4_096, ordered: bool = False) -> None:
         self.me = me
+        self.ordered = ordered
+        """Total, safe or causal order: the cut leaves a lagging member's
+        messages to the next view (``_holds_for``)."""
         self.max_members = max_members
         self.refused_joiners = 0
         self.tag = tag
@@ -207,6 +218,10 @@ class ViewAgreement:
         self.view = View.of(epoch, roster_of(members).with_member(me))
         self.previous: View | None = None
         """The view installed before ``view``."""
+        self.came_from: dict[int, int | None] = {}
+        """Per member of ``view``, the view it flushed from for the commit of
+        ``view`` (``Commit.came_from``). A member that flushes from that same
+        view again, for the next commit, never installed ``view``: it lags."""
         self.leaving: set[int] = set()
         self.failed: set[int] = set()
         self.restarted: set[int] = set()
@@ -456,6 +471,12 @@ class ViewAgreement:
         self.committing = Commit(View.of(epoch, {self.me}), {}, {}, coordinator, 0)
         return [self.committing]
 
+    def lags(self, member: int, commit: Commit) -> bool:
+        """``member`` flushes for ``commit`` from the view it flushed from for
+        the commit of ours: it missed that commit and never installed our view."""
+        before = self.came_from.get(member)
+        return before is not None and commit.came_from(member, None) == before
+
     def give_up(self, commit: Commit) -> list[AgreementOut]:
         """The committed cut cannot be completed here: leave the change alone."""
         self.committing = Commit(View.of(commit.view.epoch, {self.me}), {}, {}, commit.coordinator, 0)
@@ -472,6 +493,7 @@ class ViewAgreement:
         # view, or a member still in that view would take our records since
         # then (ones we rolled back, ones only we delivered) for its own view's
         alone = commit.view.members == (self.me,) and not commit.cut
+        self.came_from = {} if alone else {m: commit.came_from(m, self.view) for m in commit.view.members}
         self.previous, self.view = None if alone else self.view, commit.view
         # Only the coordinator acts on verdicts: one it kept in the view
         # overrules ours (its own detector watches it). A verdict we keep
@@ -522,7 +544,7 @@ class ViewAgreement:
         origins = {m: coordination.replies[m][3] for m in p.members}
         for member, (own, vector, bound, origin) in coordination.replies.items():
             for sender, high in vector:
-                if _holds_for(origin, origins.get(sender)):
+                if not self.ordered or _holds_for(origin, origins.get(sender)):
                     cut[sender] = max(cut.get(sender, 0), high)
             cut[member] = max(cut.get(member, 0), own)
             if bound > own:
