@@ -726,3 +726,29 @@ def test_a_restarted_coordinator_heard_again_is_still_gone() -> None:
     plain[3].member_failed(1, 0.0)
     plain[3].member_alive(1)
     assert plain[3].coordinator() == 1, "an ordinary verdict is cleared by evidence of life"
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_the_cut_of_a_lagging_member_in_ordered_and_fifo_groups(ordered: bool) -> None:
+    """1 and 4 installed V2 = (1..4); 2 missed V2's commit and flushes for V3
+    from V1. 4 holds 2's messages 1-2, which 2 sent under V2's proposal. In a
+    FIFO group 4 may have delivered them in V2 on receipt, so the cut keeps
+    them in V2 for every member of V2. An ordered group delivered none yet;
+    2 itself delivers them in V3, so the cut leaves them to V3 everywhere
+    (seed 7 of the randomized total-order machine: invariant 5)."""
+    from sgcs.membership.agreement import _Coordination, _Proposal, lineage
+
+    v1, v2 = View.of(1, (1, 2, 3, 4)), View.of(2, (1, 2, 3, 4))
+    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG, ordered=ordered)
+    coordinator.view, coordinator.previous = v2, v1
+    coordinator.coordination = _Coordination(_Proposal(3, 1, 1, (1, 2, 3, 4)))
+    installed_v2, missed_v2 = lineage(v2, v1), lineage(v1, None)
+    flushes = {1: (0, installed_v2, {2: 2}), 4: (0, installed_v2, {2: 2}), 2: (0, missed_v2, {2: 0}),
+               3: (0, missed_v2, {2: 0})}
+    sent = []
+    for member, (own, origin, vector) in flushes.items():
+        reply = Control(TAG, 3, 1, own, 0, (tuple(vector.items()), ((0, origin),)))
+        sent += ctl(coordinator.on_flush(member, reply, 0.1), MsgType.COMMIT)
+    (commit_send,) = sent
+    cut = dict(body(commit_send).lists[1])
+    assert cut.get(2, 0) == (0 if ordered else 2)
