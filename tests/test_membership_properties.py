@@ -11,11 +11,12 @@ After every step the trace so far must satisfy invariants 1, 2, 5 and 7
 (shared/DESIGN.md, "Trace format"), checked incrementally by ``Cluster``; no
 exception may escape a node. At the end the faults stop, every pause ends,
 the network becomes lossless, and every live node must install one and the
-same view holding exactly the live nodes; the whole trace is then checked
-again by ``simulations.checks.violations``.
+same view holding exactly the live nodes, in which they delivered the same
+messages (invariants 5 and 6 for the last view); the whole trace is then
+checked again by ``simulations.checks.violations``.
 
 The scripted tests at the bottom are failures this machine (or a real run)
-found, reduced to a few steps; those still open are strict xfails.
+found, reduced to a few steps.
 """
 
 from __future__ import annotations
