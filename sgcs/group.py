@@ -442,13 +442,16 @@ class GroupStack:
             self.events.append(event)
 
     def _maybe_delivered_elsewhere(self, message: Message) -> bool:
-        """Our held message, as we leave a committed view we could not complete:
-        unless that commit rolled it back, the members that installed the view
-        deliver it there (virtual synchrony: a member that drops out of a view
-        does not learn the fate of its last messages)."""
+        """Our held message, as we start again alone (left out of a change, or
+        leaving a committed view we could not complete): unless a commit we
+        know rolled it back, the members that went on may deliver it (virtual
+        synchrony: a member that drops out of a view does not learn the fate
+        of its last messages). A member that answered a proposal, sent under
+        it and missed its COMMIT is left out by the next change; the others
+        had delivered what it sent, so it must not call that rolled back."""
         abandoned = self.abandoned
         if abandoned is None:
-            return False
+            return True
         return not abandoned.cut.get(self.me, 0) < message.seq <= abandoned.rollback.get(self.me, 0)
 
     def _rolled_back(self, message: Message) -> bool:

@@ -114,6 +114,11 @@ class NodeStatistics:
     peak_buffered: int = 0
     unicast_retransmissions: int = 0
     groups: int = 0
+    fate_unknown: int = 0
+    """Own optimistic or held messages neither delivered nor rolled back here:
+    this node was left out of a view change while they waited, and the
+    members that went on may have delivered them (virtual synchrony tells a
+    member that drops out nothing of its last messages)."""
 
 
 _Handler = Callable[["Node", Header, bytes, Address, float], list[Action]]
@@ -392,7 +397,7 @@ class Node:
             repaired_by_gossip=total("repaired_by_gossip"), buffered=total("buffered"),
             peak_buffered=total("peak_buffered"),
             unicast_retransmissions=sum(g.unicast.retransmissions for g in self._groups.values()),
-            groups=len(self._groups),
+            groups=len(self._groups), fate_unknown=sum(g.fate_unknown for g in self._groups.values()),
         )
 
     # ------------------------------------------------------------------ message handlers

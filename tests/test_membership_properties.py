@@ -615,3 +615,30 @@ def test_optimistic_message_delivered_in_the_committed_view_is_never_rolled_back
     net.run(3.0, lose=hidden_from_1)  # 1 excludes 3; 2 flushes for (1, 2) without having installed V
     net.run(5.0)  # the network heals: (2, 1) reaches 1
     assert not net.problems, "\n".join(net.problems)
+
+
+def test_a_member_that_missed_the_commit_it_sent_under_does_not_roll_back_what_the_others_delivered() -> None:
+    """2 answers the proposal that merges 4, multicasts two optimistic
+    messages under it and never gets its COMMIT. 1, 3 and 4 install the view
+    and deliver both; the next change leaves 2 out, and 2 starts alone. Its
+    two messages were delivered elsewhere, so it must not report them rolled
+    back (invariant 7): their fate is unknown to it, and counted so."""
+    net = Cluster()
+    net.start(3)
+    net.run(0.05)
+    net.join_new()
+
+    def commits_to_2_lost(src: int, dst: int, kind: MsgType) -> bool:
+        return dst == 2 and kind is MsgType.COMMIT
+
+    for _ in range(1000):
+        net.run(0.001, lose=commits_to_2_lost)
+        if net.nodes[2].view(GROUP)[1] != (1, 2, 3) or net.nodes[2]._groups[GROUP].agreement.accepted is not None:
+            break
+    sent = net.multicast(2, count=2)
+    assert len(sent) == 2
+    net.run(1.0, lose=commits_to_2_lost)
+    assert all(len(net.delivered_anywhere.get(m, [])) == 3 for m in sent), "1, 3 and 4 delivered them"
+    assert not net.problems, "\n".join(net.problems)
+    assert net.nodes[2].statistics().fate_unknown == 2
+    net.converge()
