@@ -52,7 +52,8 @@ from typing import Any
 import numpy as np
 
 from sgcs.membership.detector import FailureDetector, FdEvent, FdParams, FdSend
-from sgcs.wire import MsgType, decode_control_untrusted, decode_heartbeat_untrusted
+from sgcs.membership.messages import Ask, AskReply, Probe, decode_untrusted
+from sgcs.wire import MsgType, decode_heartbeat_untrusted
 
 GOSSIP = 0.1
 """gossip_interval of every harness run (the default), seconds."""
@@ -284,12 +285,12 @@ class FdHarness:
             members, counters = decode_heartbeat_untrusted(body)
             outputs = det.on_heartbeat(src, members, counters, t)
         else:
-            msg = decode_control_untrusted(body)
-            if msg_type is MsgType.PROBE:
+            msg = decode_untrusted(msg_type, body)
+            if type(msg) is Probe:
                 outputs = det.on_probe(src, msg)
-            elif msg_type is MsgType.ASK:
+            elif type(msg) is Ask:
                 outputs = det.on_ask(src, msg, t)
-            elif msg_type is MsgType.ASK_REPLY:
+            elif type(msg) is AskReply:
                 outputs = det.on_ask_reply(src, msg, t)
             else:
                 outputs = []

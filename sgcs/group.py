@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable
 from .config import Config, Order
 from .errors import UsageError
 from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
+from .membership.messages import Beacon, CommitMsg, Flush, InstalledMsg, Propose, ViewMessage, decode_view_message
 from .membership.roster import roster_of
 from .ordering.total import OrderedMessage, OrderingLayer
 from .transport.framing import RESERVED_ACKS, fragment_size, pack
@@ -47,10 +48,8 @@ from .transport.reliable import ReliableStream, TransportParams
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
 from .wire import (
     ORDER_CODES,
-    Control,
     Flag,
     MsgType,
-    decode_control_untrusted,
     encode_digest,
     encode_entries,
     encode_nack,
@@ -266,7 +265,7 @@ class GroupStack:
                 frames.append(output)
                 if output.dst is None and output.msg_type in (MsgType.PROPOSE, MsgType.COMMIT) \
                         or output.dst == self.me:
-                    frames += self.on_control(output.msg_type, self.me, decode_control_untrusted(output.body), now)
+                    frames += self.on_control(self.me, decode_view_message(output.msg_type, output.body), now)
             elif isinstance(output, Freeze):
                 self.limits = output.limits
                 self.stream.stability_cap = dict(output.limits)
@@ -275,25 +274,24 @@ class GroupStack:
                 frames += self._begin_commit(output, now)
         return [f for f in frames if not (isinstance(f, CtlSend) and f.dst == self.me)]
 
-    def on_control(self, msg_type: MsgType, src: int, msg: Control, now: float,
-                   incarnation: int | None = None) -> list:
+    def on_control(self, src: int, msg: ViewMessage, now: float, incarnation: int | None = None) -> list:
         """``incarnation``: the sender's, from the datagram header. Noted for
         every control message, so a beacon can be told apart from a restart
         even when it is the first beacon heard from that member."""
         agreement = self.agreement
         if msg.epoch >= MAX_EPOCH and src != self.me:
             return []  # absurd: our next proposal (one above) must still fit the wire's 63 bits
-        if incarnation is not None and msg_type is not MsgType.BEACON:
+        if incarnation is not None and type(msg) is not Beacon:
             self._note_incarnation(src, incarnation)
-        if msg_type is MsgType.PROPOSE:
+        if type(msg) is Propose:
             return self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now), now)
-        if msg_type is MsgType.FLUSH:
+        if type(msg) is Flush:
             return self.on_agreement(agreement.on_flush(src, msg, now), now)
-        if msg_type is MsgType.COMMIT:
+        if type(msg) is CommitMsg:
             return self.on_agreement(agreement.on_commit(src, msg), now)
-        if msg_type is MsgType.INSTALLED:
+        if type(msg) is InstalledMsg:
             agreement.on_installed(src, msg)
-        elif msg_type is MsgType.BEACON:
+        elif type(msg) is Beacon:
             return self.on_agreement(self._on_beacon(src, msg, now), now)
         return []
 
@@ -302,18 +300,18 @@ class GroupStack:
         if len(self.incarnations) > 2 * len(self.view.members) + 64:  # forget senders long gone
             self.incarnations = {m: i for m, i in self.incarnations.items() if m in self.view or m == src}
 
-    def _on_beacon(self, src: int, msg: Control, now: float) -> list[AgreementOut]:
-        members = {m for m, _ in msg.lists[0]} if msg.lists else {src}
-        if msg.b != ORDER_CODES.index(self.order) or src in self.rejected:
+    def _on_beacon(self, src: int, msg: Beacon, now: float) -> list[AgreementOut]:
+        members = set(msg.members) or {src}
+        if msg.order_code != ORDER_CODES.index(self.order) or src in self.rejected:
             return []
         known = self.incarnations.get(src)
-        self._note_incarnation(src, msg.a)
+        self._note_incarnation(src, msg.incarnation)
         if src in self.view.members:
             if msg.epoch == self.view.epoch and tuple(sorted(members)) == self.view.members:
-                self.confirmed_beacon = (src, msg.a, msg.epoch)
+                self.confirmed_beacon = (src, msg.incarnation, msg.epoch)
                 return []
             if members & set(self.view.members) == {src} and len(self.view.members) > 1:
-                if known in (None, msg.a) and msg.epoch < self.joined_at.get(src, -1):
+                if known in (None, msg.incarnation) and msg.epoch < self.joined_at.get(src, -1):
                     # its discovery beacon, overtaken by its join (another socket, another path);
                     # a restart shows a new incarnation to the coordinator, which heard it flush
                     return []

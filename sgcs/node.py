@@ -55,6 +55,7 @@ from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack
 from .membership.agreement import CtlSend, View
 from .membership.roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdParams, FdSend, Verdict
+from .membership.messages import Ask, AskReply, Probe, decode_untrusted, decode_view_message
 from .security import ReplayWindow, Sealer
 from .transport.records import Message
 from .wire import (
@@ -500,13 +501,13 @@ class Node:
 
     def _on_probing(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
         """PROBE, PROBE_ACK, ASK and ASK_REPLY: the detector's pull and ask stages."""
-        msg = decode_control_untrusted(body)
+        msg = decode_untrusted(header.msg_type, body)
         detector, sender = self.detector, header.sender
-        if header.msg_type is MsgType.PROBE:
+        if type(msg) is Probe:
             outputs = detector.on_probe(sender, msg)
-        elif header.msg_type is MsgType.ASK:
+        elif type(msg) is Ask:
             outputs = detector.on_ask(sender, msg, now)
-        elif header.msg_type is MsgType.ASK_REPLY:
+        elif type(msg) is AskReply:
             outputs = detector.on_ask_reply(sender, msg, now)
         else:
             outputs = []  # a probe's answer: the datagram itself is the evidence
@@ -523,9 +524,9 @@ class Node:
         if header.msg_type is MsgType.BEACON and state.confirmed_beacon == (header.sender, head.a, head.epoch) \
                 and head.epoch == state.view.epoch:
             return []  # our coordinator's beacon, whose member list we found to be our view
-        msg = decode_control_untrusted(body)
+        msg = decode_view_message(header.msg_type, body)
         out: list[Action] = []
-        self._route(out, state, state.on_control(header.msg_type, header.sender, msg, now, header.boot >> 32))
+        self._route(out, state, state.on_control(header.sender, msg, now, header.boot >> 32))
         self._drain(out, state, now)
         return out
 

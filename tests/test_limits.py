@@ -21,7 +21,8 @@ from sgcs.transport.reassembly import Reassembly
 from sgcs.transport.records import MORE_FRAGMENTS, Record
 from sgcs.transport.reliable import SENDER_BUFFER_FACTOR, ReliableStream, TransportParams
 from sgcs.transport.unicast import UnicastStreams
-from sgcs.wire import Control, decode_control_untrusted
+from sgcs.membership.messages import Propose, decode_untrusted
+from sgcs.wire import MsgType
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -145,13 +146,13 @@ def test_proposals_that_only_grow_keep_one_sent_under_entry() -> None:
     agreement = ViewAgreement(ME, (ME, PEER), 1.0, 0.0)
     for attempt in range(1, 200):  # a coordinator re-proposing for every new joiner
         members = tuple(sorted({0, ME, PEER, *range(10, 10 + attempt)}))
-        msg = Control(0, 5, attempt, 0, 0, (tuple((m, 0) for m in members),))
+        msg = Propose(0, 5, attempt, 0, members)
         assert agreement.on_propose(0, msg, (attempt, {}), 0.0)
     assert len(agreement.sent_under) == 1  # each entry was dominated by the next
     assert agreement.sent_under[0][1] == 199
-    shrunk = Control(0, 5, 500, 0, 0, (((0, 0), (ME, 0), (PEER, 0)),))
+    shrunk = Propose(0, 5, 500, 0, (0, ME, PEER))
     flush = agreement.on_propose(0, shrunk, (300, {}), 0.0)[-1]
-    assert decode_control_untrusted(flush.body).b == 300  # sent under a larger view: rolled back
+    assert decode_untrusted(MsgType.FLUSH, flush.body).rollback == 300  # sent under a larger view: rolled back
 
 
 def test_joining_with_more_members_than_max_members_is_a_usage_error() -> None:

@@ -5,6 +5,7 @@ view agreement, driven by hand message by message."""
 from __future__ import annotations
 
 import math
+from typing import Any
 import random
 
 import numpy as np
@@ -12,7 +13,8 @@ import pytest
 
 from sgcs.membership.agreement import REPEATS, Commit, CtlSend, Freeze, View, ViewAgreement
 from sgcs.membership.detector import FailureDetector, FdEvent, FdParams, FdSend
-from sgcs.wire import Control, MsgType, decode_control_untrusted, decode_heartbeat_untrusted
+from sgcs.membership.messages import Ask, AskReply, CommitMsg, Flush, InstalledMsg, Propose, decode_untrusted
+from sgcs.wire import MsgType, decode_heartbeat_untrusted
 
 GOSSIP = 0.1
 PARAMS = FdParams(gossip_interval=GOSSIP, suspect_factor=1.5, probe_count=3, probe_interval=0.2, ask_count=3,
@@ -208,7 +210,7 @@ def test_any_evidence_cancels_suspicion(evidence: str) -> None:
         out = d.heard(2, t + 0.05)
     elif evidence == "probe_ack":  # the answer is a datagram from it: the node calls heard()
         out = d.heard(2, t + 0.05)
-        assert d.on_probe(0, decode_control_untrusted(probe.body)) == [
+        assert d.on_probe(0, decode_untrusted(MsgType.PROBE, probe.body)) == [
             FdSend(0, MsgType.PROBE_ACK, probe.body)], "a probe is answered with its nonce"
     else:  # a neighbour's heartbeat carrying a raised counter of the suspect
         out = heartbeat(d, 3, {2: 50}, t + 0.05)
@@ -258,8 +260,8 @@ def test_ask_stage_asks_the_suspects_hypercube_neighbours() -> None:
     out = d.on_unreachable(5, 1.0)  # only 5 is suspected: every neighbour qualifies
     asks = sends(out, MsgType.ASK)
     assert sorted(a.dst for a in asks) == [1, 6, 7]  # 5 + 1, 5 + 2, 5 + 4 (mod 8)
-    body = decode_control_untrusted(asks[0].body)
-    assert body.a == 5 and body.b == d.suspects[5].nonce
+    ask = decode_untrusted(MsgType.ASK, asks[0].body)
+    assert ask == Ask(5, d.suspects[5].nonce)
 
 
 def test_ask_skips_ourselves_and_other_suspects() -> None:
@@ -273,7 +275,7 @@ def test_neighbour_that_heard_recently_makes_the_suspect_busy() -> None:
     d = detector(0, range(8))
     _, asks, began = to_ask_stage(d, 5)
     assert asks
-    out = d.on_ask_reply(asks[0].dst, Control(a=5, b=int(d.suspect_timeout() * 1000) - 50), began + 0.1)
+    out = d.on_ask_reply(asks[0].dst, AskReply(5, int(d.suspect_timeout() * 1000) - 50), began + 0.1)
     assert events(out) == [("busy", 5)]
     assert 5 not in d.suspects and 5 not in d.failed
     assert d.statistics().busy == 1
@@ -286,16 +288,16 @@ def test_neighbour_that_heard_long_ago_does_not_save_the_suspect() -> None:
     d = detector(0, range(8))
     _, asks, began = to_ask_stage(d, 5)
     assert len(asks) == 3
-    stale = Control(a=5, b=int(d.suspect_timeout() * 1000) + 1)
+    stale = AskReply(5, int(d.suspect_timeout() * 1000) + 1)
     assert d.on_ask_reply(asks[0].dst, stale, began + 0.1) == []
-    assert d.on_ask_reply(asks[1].dst, Control(a=2, b=0), began + 0.1) == [], "a reply about a non-suspect is ignored"
+    assert d.on_ask_reply(asks[1].dst, AskReply(2, 0), began + 0.1) == [], "a reply about a non-suspect is ignored"
     assert 5 in d.suspects, "one neighbour of three answered"
 
 
 def test_failed_at_once_when_every_neighbour_asked_has_not_heard() -> None:
     d = detector(0, range(8))
     _, asks, began = to_ask_stage(d, 5)
-    stale = Control(a=5, b=int(d.suspect_timeout() * 1000) + 1)
+    stale = AskReply(5, int(d.suspect_timeout() * 1000) + 1)
     for ask in asks[:-1]:
         assert d.on_ask_reply(ask.dst, stale, began + 0.1) == []
     assert d.on_ask_reply(asks[0].dst, stale, began + 0.1) == [], "a repeated answer is not a new one"
@@ -323,11 +325,11 @@ def test_group_of_two_skips_the_ask_stage() -> None:
 def test_on_ask_reports_the_age_of_our_last_evidence() -> None:
     d = detector(0, range(4))
     d.heard(2, 1.0)
-    (reply,) = d.on_ask(3, Control(a=2, b=77), 1.25)
+    (reply,) = d.on_ask(3, Ask(2, 77), 1.25)
     assert reply.dst == 3 and reply.msg_type is MsgType.ASK_REPLY
-    assert decode_control_untrusted(reply.body).b == 250
-    (unknown,) = d.on_ask(3, Control(a=99), 1.25)
-    assert decode_control_untrusted(unknown.body).b == 2**62
+    assert decode_untrusted(MsgType.ASK_REPLY, reply.body) == AskReply(2, 250)
+    (unknown,) = d.on_ask(3, Ask(99, 0), 1.25)
+    assert decode_untrusted(MsgType.ASK_REPLY, unknown.body) == AskReply(99, 2**62)
 
 
 def test_unreachable_goes_straight_to_the_ask_stage() -> None:
@@ -346,10 +348,10 @@ def test_unreachable_needs_evidence_newer_than_the_refusal() -> None:
     d.on_unreachable(5, refused_at)
     # heard 0.2 s ago, i.e. 0.1 s BEFORE the refusal: well within the suspect
     # timeout (0.45 s), but the host has since said nobody listens there
-    assert d.on_ask_reply(6, Control(a=5, b=200), refused_at + 0.1) == []
+    assert d.on_ask_reply(6, AskReply(5, 200), refused_at + 0.1) == []
     assert 5 in d.suspects
     # heard 0.05 s ago, after the refusal: a new incarnation answers there
-    assert events(d.on_ask_reply(7, Control(a=5, b=50), refused_at + 0.1)) == [("busy", 5)]
+    assert events(d.on_ask_reply(7, AskReply(5, 50), refused_at + 0.1)) == [("busy", 5)]
 
 
 def test_unreachable_ignores_ourselves_strangers_and_the_failed() -> None:
@@ -387,12 +389,13 @@ def only(outputs: list, kind: type) -> list:
     return [o for o in outputs if isinstance(o, kind)]
 
 
-def body(send: CtlSend) -> Control:
-    return decode_control_untrusted(send.body)
+def body(send: CtlSend) -> Any:
+    """The typed message a control output carries (``Any``: each test knows its type)."""
+    return decode_untrusted(send.msg_type, send.body)
 
 
-def members_of(msg: Control, index: int = 0) -> tuple[int, ...]:
-    return tuple(m for m, _ in msg.lists[index])
+def members_of(msg: Propose | CommitMsg) -> tuple[int, ...]:
+    return msg.members
 
 
 def test_three_phases_propose_flush_commit_installed() -> None:
@@ -403,7 +406,7 @@ def test_three_phases_propose_flush_commit_installed() -> None:
     (propose,) = ctl(va[1].member_failed(3, 1.0), MsgType.PROPOSE)
     assert propose.dst is None, "PROPOSE is multicast"
     msg = body(propose)
-    assert (msg.group_tag, msg.epoch, msg.attempt, msg.a) == (TAG, 2, 1, 1)
+    assert (msg.group_tag, msg.epoch, msg.attempt, msg.coordinator) == (TAG, 2, 1, 1)
     assert members_of(msg) == (1, 2)
 
     # agree: each member freezes a snapshot and answers FLUSH to the coordinator
@@ -417,8 +420,8 @@ def test_three_phases_propose_flush_commit_installed() -> None:
         (flushes[m],) = ctl(out, MsgType.FLUSH)
         assert flushes[m].dst == 1
         f = body(flushes[m])
-        assert (f.epoch, f.attempt, f.a, f.b) == (2, 1, snapshots[m][0], 0)
-        assert dict(f.lists[0]) == snapshots[m][1]
+        assert (f.epoch, f.attempt, f.own, f.rollback) == (2, 1, snapshots[m][0], 0)
+        assert dict(f.vector) == snapshots[m][1]
         assert va[m].changing and va[m].optimistic_view() == View.of(2, (1, 2))
     again = va[1].on_propose(1, msg, (99, {1: 99}), 1.15)  # a repeated PROPOSE
     assert not only(again, Freeze) and ctl(again, MsgType.FLUSH) == [flushes[1]], "same frozen snapshot"
@@ -427,10 +430,10 @@ def test_three_phases_propose_flush_commit_installed() -> None:
     assert va[1].on_flush(1, body(flushes[1]), 1.2) == []
     (commit_send,) = ctl(va[1].on_flush(2, body(flushes[2]), 1.2), MsgType.COMMIT)
     c = body(commit_send)
-    assert commit_send.dst is None and (c.epoch, c.attempt, c.a) == (2, 1, 1)
+    assert commit_send.dst is None and (c.epoch, c.attempt, c.coordinator) == (2, 1, 1)
     assert members_of(c) == (1, 2)
-    assert dict(c.lists[1]) == {1: 5, 2: 7, 3: 9}
-    assert dict(c.lists[2]) == {}
+    assert dict(c.cut) == {1: 5, 2: 7, 3: 9}
+    assert dict(c.rollback) == {}
 
     # install: members apply the commit and answer INSTALLED to the coordinator
     for m in (2, 1):
@@ -454,9 +457,9 @@ def test_cut_takes_each_senders_own_frozen_seq_into_account() -> None:
     replies = {1: (4, {1: 2, 2: 1}), 2: (6, {1: 4}), 3: (0, {})}
     commit = []
     for m, (own, vector) in replies.items():
-        f = Control(TAG, msg.epoch, msg.attempt, own, 0, (tuple(sorted(vector.items())),))
+        f = Flush(TAG, msg.epoch, msg.attempt, own, 0, tuple(sorted(vector.items())), 0)
         commit = va[1].on_flush(m, f, 0.1)
-    cut = dict(body(ctl(commit, MsgType.COMMIT)[0]).lists[1])
+    cut = dict(body(ctl(commit, MsgType.COMMIT)[0]).cut)
     assert cut == {1: 4, 2: 6, 3: 0}, "a member's own frozen seq counts even if nobody else holds it yet"
 
 
@@ -467,9 +470,9 @@ def test_rollback_bound_when_a_member_switched_to_a_smaller_proposal() -> None:
     assert members_of(first) == (1, 2, 3)
     va[1].on_propose(1, first, (3, {1: 3}), 0.0)  # the coordinator's own multicast loops back
     out = va[2].on_propose(1, first, (7, {2: 7}), 0.05)
-    assert body(ctl(out, MsgType.FLUSH)[0]).b == 0
+    assert body(ctl(out, MsgType.FLUSH)[0]).rollback == 0
     # member 2 keeps sending optimistically under (1, 2, 3) up to seq 9; 3 never answers
-    va[1].on_flush(1, Control(TAG, 2, 1, 3, 0, (((1, 3),),)), 0.05)
+    va[1].on_flush(1, Flush(TAG, 2, 1, 3, 0, ((1, 3),), 0), 0.05)
     va[1].on_flush(2, body(ctl(out, MsgType.FLUSH)[0]), 0.05)
     (p2,) = ctl(va[1].on_timeout(TIMEOUT), MsgType.PROPOSE)
     second = body(p2)
@@ -477,29 +480,29 @@ def test_rollback_bound_when_a_member_switched_to_a_smaller_proposal() -> None:
     out = va[2].on_propose(1, second, (9, {2: 9}), 1.1)
     assert not only(out, Freeze), "the snapshot stays frozen across attempts"
     f2 = body(ctl(out, MsgType.FLUSH)[0])
-    assert (f2.a, f2.b) == (7, 9), "frozen own seq 7; 8..9 were sent under a view with 3 in it"
+    assert (f2.own, f2.rollback) == (7, 9), "frozen own seq 7; 8..9 were sent under a view with 3 in it"
     va[1].on_propose(1, second, (3, {1: 3}), 1.0)
-    va[1].on_flush(1, Control(TAG, 2, 2, 3, 0, (((1, 3),),)), 1.1)
+    va[1].on_flush(1, Flush(TAG, 2, 2, 3, 0, ((1, 3),), 0), 1.1)
     c = body(ctl(va[1].on_flush(2, f2, 1.1), MsgType.COMMIT)[0])
-    assert dict(c.lists[1]) == {1: 3, 2: 7}
-    assert dict(c.lists[2]) == {2: 9}, "rollback bound of member 2"
+    assert dict(c.cut) == {1: 3, 2: 7}
+    assert dict(c.rollback) == {2: 9}, "rollback bound of member 2"
 
 
 def test_no_rollback_when_the_switch_is_to_a_larger_proposal() -> None:
     va = agreements({1, 2, 3})
-    small = Control(TAG, 2, 1, 0, 0, (((1, 0), (2, 0)),))
-    large = Control(TAG, 2, 2, 0, 0, (((1, 0), (2, 0), (3, 0)),))
+    small = Propose(TAG, 2, 1, 0, (1, 2))
+    large = Propose(TAG, 2, 2, 0, (1, 2, 3))
     va[2].on_propose(1, small, (4, {}), 0.0)
     f = body(ctl(va[2].on_propose(1, large, (8, {}), 0.1), MsgType.FLUSH)[0])
-    assert (f.a, f.b) == (4, 0), "messages sent under (1, 2) stay valid in (1, 2, 3)"
+    assert (f.own, f.rollback) == (4, 0), "messages sent under (1, 2) stay valid in (1, 2, 3)"
 
 
 def test_lower_proposals_and_foreign_proposals_are_ignored() -> None:
     va = agreements({1, 2, 3})
-    high = Control(TAG, 3, 1, 0, 0, (((1, 0), (2, 0), (3, 0)),))
-    low = Control(TAG, 2, 5, 0, 0, (((1, 0), (2, 0), (3, 0)),))
-    without_me = Control(TAG, 4, 1, 0, 0, (((1, 0), (3, 0)),))
-    old_epoch = Control(TAG, 1, 9, 0, 0, (((1, 0), (2, 0)),))
+    high = Propose(TAG, 3, 1, 0, (1, 2, 3))
+    low = Propose(TAG, 2, 5, 0, (1, 2, 3))
+    without_me = Propose(TAG, 4, 1, 0, (1, 3))
+    old_epoch = Propose(TAG, 1, 9, 0, (1, 2))
     assert va[2].on_propose(1, high, (0, {}), 0.0)
     assert va[2].on_propose(1, low, (0, {}), 0.0) == []
     assert va[2].on_propose(1, without_me, (0, {}), 0.0) == []
@@ -512,13 +515,13 @@ def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
     install it, or it would be listed in both views of epoch 2 (seen in a
     real 5-process run: survivors delivered different message counts)."""
     member = ViewAgreement(5, {5}, TIMEOUT, 0.0, TAG)
-    by_2 = Control(TAG, 2, 1, 0, 0, (((2, 0), (4, 0), (5, 0)),))
-    by_1 = Control(TAG, 2, 1, 0, 0, (((1, 0), (2, 0), (3, 0), (4, 0), (5, 0)),))
+    by_2 = Propose(TAG, 2, 1, 0, (2, 4, 5))
+    by_1 = Propose(TAG, 2, 1, 0, (1, 2, 3, 4, 5))
     assert ctl(member.on_propose(2, by_2, (0, {}), 0.0), MsgType.FLUSH)
     assert ctl(member.on_propose(1, by_1, (0, {}), 0.1), MsgType.FLUSH), "the lower coordinator's proposal wins"
-    commit_2 = Control(TAG, 2, 1, 2, 0, (by_2.lists[0], ((2, 0), (4, 0), (5, 0)), ()))
+    commit_2 = CommitMsg(TAG, 2, 1, 2, ((2, 0), (4, 0), (5, 0)), ((2, 0), (4, 0), (5, 0)), ())
     assert member.on_commit(2, commit_2) == [], "2's commit is stale for us"
-    commit_1 = Control(TAG, 2, 1, 1, 0, (by_1.lists[0], (), ()))
+    commit_1 = CommitMsg(TAG, 2, 1, 1, tuple((m, 0) for m in by_1.members), (), ())
     (commit,) = member.on_commit(1, commit_1)
     assert commit.view == View.of(2, (1, 2, 3, 4, 5))
 
@@ -533,12 +536,12 @@ def test_commit_tells_members_that_come_from_an_overlapping_view() -> None:
     mine, theirs = View.of(3, (1, 4, 5, 6)), View.of(4, (2, 3, 4, 5))
     va = {m: ViewAgreement(m, {m}, TIMEOUT, 0.0, TAG) for m in (1, 4)}
     va[1].view, va[4].view = mine, theirs
-    propose = Control(TAG, 5, 1, 0, 0, (tuple((m, 0) for m in range(1, 7)),))
+    propose = Propose(TAG, 5, 1, 0, tuple(range(1, 7)))
     flush_of_4 = body(ctl(va[4].on_propose(1, propose, (5, {4: 5}), 0.0), MsgType.FLUSH)[0])
-    assert flush_of_4.lists[1] == ((0, lineage(theirs, None)),)
+    assert flush_of_4.lineage == lineage(theirs, None)
     va[1].on_propose(1, propose, (7, {1: 7}), 0.0)  # 1 coordinates this merge
     va[1].coordination = _Coordination(_Proposal(5, 1, 1, tuple(range(1, 7))))
-    replies = {m: Control(TAG, 5, 1, 0, 0, ((), ((0, lineage(mine if m in (1, 6) else theirs, None)),)))
+    replies = {m: Flush(TAG, 5, 1, 0, 0, (), lineage(mine if m in (1, 6) else theirs, None))
                for m in (1, 2, 3, 5, 6)}
     for m, reply in replies.items():
         assert va[1].on_flush(m, reply, 0.1) == []
@@ -551,7 +554,7 @@ def test_commit_tells_members_that_come_from_an_overlapping_view() -> None:
 def test_member_left_out_of_the_commit_installs_a_singleton() -> None:
     va = agreements({1, 2, 3})
     msg = body(ctl(va[1].member_failed(3, 0.0), MsgType.PROPOSE)[0])
-    commit = Control(TAG, msg.epoch, msg.attempt, 1, 0, (((1, 0), (2, 0)), ((1, 1), (2, 1)), ()))
+    commit = CommitMsg(TAG, msg.epoch, msg.attempt, 1, ((1, 0), (2, 0)), ((1, 1), (2, 1)), ())
     (left_out,) = va[3].on_commit(1, commit)
     assert left_out == Commit(View.of(2, {3}), {}, {}, 1, 1)
     assert va[3].installed(left_out, 0.0) == [], "a singleton answers nobody"
@@ -564,8 +567,8 @@ def test_silent_member_dropped_after_view_timeout_with_next_attempt() -> None:
     va = agreements({1, 2, 3, 4})
     msg = body(ctl(va[1].member_failed(4, 0.0), MsgType.PROPOSE)[0])
     va[1].on_propose(1, msg, (0, {}), 0.0)
-    va[1].on_flush(1, Control(TAG, 2, 1, 0, 0, ((),)), 0.0)
-    va[1].on_flush(2, Control(TAG, 2, 1, 0, 0, ((),)), 0.1)  # 3 stays silent
+    va[1].on_flush(1, Flush(TAG, 2, 1, 0, 0, (), 0), 0.0)
+    va[1].on_flush(2, Flush(TAG, 2, 1, 0, 0, (), 0), 0.1)  # 3 stays silent
     assert va[1].next_deadline() == pytest.approx(TIMEOUT / REPEATS)
     (repeat,) = ctl(va[1].on_timeout(TIMEOUT / REPEATS), MsgType.PROPOSE)
     assert repeat.dst == 3, "repeated by unicast to the member that has not answered"
@@ -582,9 +585,9 @@ def test_commit_repeated_until_timeout_then_abandoned() -> None:
     va = agreements({1, 2})
     msg = body(ctl(va[1].merge_with({3: 1}, 3, 0.0), MsgType.PROPOSE)[0])
     for m in (1, 2, 3):
-        va[1].on_flush(m, Control(TAG, msg.epoch, msg.attempt, 0, 0, ((),)), 0.1)
+        va[1].on_flush(m, Flush(TAG, msg.epoch, msg.attempt, 0, 0, (), 0), 0.1)
     assert va[1].coordination.commit is not None
-    va[1].on_installed(2, Control(TAG, msg.epoch, msg.attempt))
+    va[1].on_installed(2, InstalledMsg(TAG, msg.epoch, msg.attempt))
     (again,) = ctl(va[1].on_timeout(0.1 + TIMEOUT / REPEATS), MsgType.COMMIT)
     assert again.dst == 3 and again.body == va[1].coordination.commit, "to the member that has not installed"
     va[1].on_timeout(0.1 + TIMEOUT)
@@ -595,23 +598,23 @@ def test_commit_done_when_every_member_installed() -> None:
     va = agreements({1, 2})
     msg = body(ctl(va[1].merge_with({3: 1}, 3, 0.0), MsgType.PROPOSE)[0])
     for m in (1, 2, 3):
-        va[1].on_flush(m, Control(TAG, msg.epoch, msg.attempt, 0, 0, ((),)), 0.1)
+        va[1].on_flush(m, Flush(TAG, msg.epoch, msg.attempt, 0, 0, (), 0), 0.1)
     for m in (2, 3):
-        va[1].on_installed(m, Control(TAG, msg.epoch, msg.attempt))
+        va[1].on_installed(m, InstalledMsg(TAG, msg.epoch, msg.attempt))
     assert va[1].coordination is None and va[1].next_deadline() is None
 
 
 def test_merge_proposal_must_take_our_whole_component() -> None:
     va = agreements({4, 5})
-    partial = Control(TAG, 3, 1, 0, 0, (((1, 0), (4, 0)),))  # from 1, outside our view, without 5
+    partial = Propose(TAG, 3, 1, 0, (1, 4))  # from 1, outside our view, without 5
     assert va[4].on_propose(1, partial, (0, {}), 0.0) == []
-    whole = Control(TAG, 3, 1, 0, 0, (((1, 0), (4, 0), (5, 0)),))
+    whole = Propose(TAG, 3, 1, 0, (1, 4, 5))
     assert ctl(va[4].on_propose(1, whole, (0, {}), 0.0), MsgType.FLUSH)
 
 
 def test_member_waiting_for_a_commit_takes_over_from_a_dead_coordinator() -> None:
     va = agreements({1, 2, 3})
-    proposal = Control(TAG, 2, 1, 0, 0, (((1, 0), (2, 0), (3, 0)),))
+    proposal = Propose(TAG, 2, 1, 0, (1, 2, 3))
     va[2].on_propose(1, proposal, (0, {}), 0.0)
     va[3].on_propose(1, proposal, (0, {}), 0.0)
     assert va[2].next_deadline() == pytest.approx(2 * TIMEOUT)
@@ -624,7 +627,7 @@ def test_member_waiting_for_a_commit_takes_over_from_a_dead_coordinator() -> Non
 def test_beacon_lists_the_view() -> None:
     va = agreements({1, 2})
     b = body(va[1].beacon(incarnation=3, order_code=2))
-    assert (b.group_tag, b.epoch, b.a, b.b) == (TAG, 1, 3, 2)
+    assert (b.group_tag, b.epoch, b.incarnation, b.order_code) == (TAG, 1, 3, 2)
     assert members_of(b) == (1, 2)
 
 
@@ -747,8 +750,8 @@ def test_the_cut_of_a_lagging_member_in_ordered_and_fifo_groups(ordered: bool) -
                3: (0, missed_v2, {2: 0})}
     sent = []
     for member, (own, origin, vector) in flushes.items():
-        reply = Control(TAG, 3, 1, own, 0, (tuple(vector.items()), ((0, origin),)))
+        reply = Flush(TAG, 3, 1, own, 0, tuple(vector.items()), origin)
         sent += ctl(coordinator.on_flush(member, reply, 0.1), MsgType.COMMIT)
     (commit_send,) = sent
-    cut = dict(body(commit_send).lists[1])
+    cut = dict(body(commit_send).cut)
     assert cut.get(2, 0) == (0 if ordered else 2)

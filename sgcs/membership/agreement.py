@@ -61,7 +61,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..wire import Control, MsgType, encode_control
+from ..wire import MsgType
+from .messages import Beacon, CommitMsg, Flush, InstalledMsg, Propose, encode
 from .roster import roster_of
 
 Entries = tuple[tuple[int, int], ...]
@@ -386,14 +387,13 @@ class ViewAgreement:
         return [CtlSend(None, MsgType.PROPOSE, self._proposal_body(p))]
 
     def _proposal_body(self, p: _Proposal) -> bytes:
-        return encode_control(Control(self.tag, p.epoch, p.attempt, p.coordinator, 0,
-                                      (tuple((m, 0) for m in p.members),)))
+        return encode(Propose(self.tag, p.epoch, p.attempt, p.coordinator, p.members))
 
     # ------------------------------------------------------------------ participant
 
-    def on_propose(self, src: int, msg: Control, snapshot: tuple[int, dict[int, int]], now: float
+    def on_propose(self, src: int, msg: Propose, snapshot: tuple[int, dict[int, int]], now: float
                    ) -> list[AgreementOut]:
-        members = tuple(m for m, _ in msg.lists[0]) if msg.lists else ()
+        members = msg.members
         proposal = _Proposal(msg.epoch, msg.attempt, src, members)
         if self.me not in members or proposal.epoch <= self.view.epoch or proposal.attempt > MAX_ATTEMPT:
             return []
@@ -437,16 +437,16 @@ class ViewAgreement:
         own, vector = self.snapshot
         members = set(proposal.members)
         rollback = max([upto for under, upto in self.sent_under if not set(under) <= members], default=0)
-        body = encode_control(Control(self.tag, proposal.epoch, proposal.attempt, own, rollback,
-                                      (tuple(sorted(vector.items())), ((0, lineage(self.view, self.previous)),))))
+        body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, own, rollback, tuple(sorted(vector.items())),
+                            lineage(self.view, self.previous)))
         return CtlSend(coordinator, MsgType.FLUSH, body)
 
-    def on_commit(self, src: int, msg: Control) -> list[AgreementOut]:
-        if len(msg.lists) != 3 or msg.epoch <= self.view.epoch or self.committing is not None:
+    def on_commit(self, src: int, msg: CommitMsg) -> list[AgreementOut]:
+        if msg.epoch <= self.view.epoch or self.committing is not None:
             if msg.epoch == self.view.epoch and self.me in self.view and self._is_our_view(msg):
                 return [self._installed_reply(src, msg.epoch, msg.attempt)]  # a repeat of our commit
             return []
-        members = tuple(m for m, _ in msg.lists[0])
+        members = msg.members
         key = _Proposal(msg.epoch, msg.attempt, src, members).key
         if self.me not in members:
             if self.me in self.view.members and src in self.view.members \
@@ -458,12 +458,12 @@ class ViewAgreement:
             # (whose coordinator counts on us), or never answered this one.
             # Installing it would list us in two views of one epoch.
             return []
-        self.committing = Commit(View.of(msg.epoch, members), dict(msg.lists[1]), dict(msg.lists[2]), src,
-                                 msg.attempt, {m: d for m, d in msg.lists[0] if d})
+        self.committing = Commit(View.of(msg.epoch, members), dict(msg.cut), dict(msg.rollback), src,
+                                 msg.attempt, {m: d for m, d in msg.origins if d})
         return [self.committing]
 
-    def _is_our_view(self, commit: Control) -> bool:
-        return len(commit.lists) == 3 and tuple(sorted(m for m, _ in commit.lists[0])) == self.view.members
+    def _is_our_view(self, commit: CommitMsg) -> bool:
+        return tuple(sorted(commit.members)) == self.view.members
 
     def left_out(self, coordinator: int, epoch: int) -> list[AgreementOut]:
         """Our coordinator's beacon shows a later view without us: we missed
@@ -518,19 +518,18 @@ class ViewAgreement:
         return out
 
     def _installed_reply(self, coordinator: int, epoch: int, attempt: int) -> CtlSend:
-        return CtlSend(coordinator, MsgType.INSTALLED, encode_control(Control(self.tag, epoch, attempt)))
+        return CtlSend(coordinator, MsgType.INSTALLED, encode(InstalledMsg(self.tag, epoch, attempt)))
 
     # ------------------------------------------------------------------ coordinator
 
-    def on_flush(self, src: int, msg: Control, now: float) -> list[AgreementOut]:
+    def on_flush(self, src: int, msg: Flush, now: float) -> list[AgreementOut]:
         coordination = self.coordination
-        if coordination is None or coordination.commit is not None or not msg.lists:
+        if coordination is None or coordination.commit is not None:
             return []
         p = coordination.proposal
         if (msg.epoch, msg.attempt) != (p.epoch, p.attempt) or src not in p.members:
             return []
-        origin = msg.lists[1][0][1] if len(msg.lists) > 1 and msg.lists[1] else 0
-        coordination.replies[src] = (msg.a, msg.lists[0], msg.b, origin)
+        coordination.replies[src] = (msg.own, msg.vector, msg.rollback, msg.lineage)
         if set(coordination.replies) >= set(p.members):
             return self._commit(now)
         return []
@@ -551,14 +550,14 @@ class ViewAgreement:
                 rollback[member] = bound
         if len({origin >> 31 for origin in origins.values()}) == 1:  # all from one view: nothing to tell apart
             origins = dict.fromkeys(p.members, 0)
-        lists = (tuple(origins.items()), tuple(sorted(cut.items())), tuple(sorted(rollback.items())))
-        coordination.commit = encode_control(Control(self.tag, p.epoch, p.attempt, self.me, 0, lists))
+        coordination.commit = encode(CommitMsg(self.tag, p.epoch, p.attempt, self.me, tuple(origins.items()),
+                                               tuple(sorted(cut.items())), tuple(sorted(rollback.items()))))
         coordination.installed = set()
         coordination.deadline = now + self.view_timeout
         coordination.repeat_at = now + self.view_timeout / REPEATS
         return [CtlSend(None, MsgType.COMMIT, coordination.commit)]
 
-    def on_installed(self, src: int, msg: Control) -> None:
+    def on_installed(self, src: int, msg: InstalledMsg) -> None:
         coordination = self.coordination
         if coordination is not None and coordination.commit is not None and msg.epoch == coordination.proposal.epoch:
             coordination.installed.add(src)
@@ -658,6 +657,4 @@ class ViewAgreement:
         drop it, hear it in our next beacon, and propose it again)."""
         gone = self.failed | self.leaving
         live = self.view.members if not gone else tuple(m for m in self.view.members if m not in gone)
-        body = encode_control(Control(self.tag, self.view.epoch, 0, incarnation, order_code,
-                                      (tuple((m, 0) for m in live),)))
-        return CtlSend(None, MsgType.BEACON, body)
+        return CtlSend(None, MsgType.BEACON, encode(Beacon(self.tag, self.view.epoch, incarnation, order_code, live)))

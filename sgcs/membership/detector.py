@@ -50,7 +50,8 @@ from typing import Iterable
 
 import numpy as np
 
-from ..wire import MAX_HEARTBEAT_ENTRIES, Control, MsgType, encode_control, encode_heartbeat
+from ..wire import MAX_HEARTBEAT_ENTRIES, MsgType, encode_heartbeat
+from .messages import Ask, AskReply, Probe, ProbeAck, encode
 from .roster import roster_of
 
 NEVER_MS = 2**62
@@ -259,35 +260,35 @@ class FailureDetector:
         self.counters[pos] += diff[rose]
         self.heard_at[pos] = now
 
-    def on_probe(self, src: int, msg: Control) -> list[FdOut]:
+    def on_probe(self, src: int, msg: Probe) -> list[FdOut]:
         """Answer a member that watches us; a node that left its groups stays
         silent, so a member that missed its leave finds it failed."""
         if src not in self._index:
             return []
-        return [FdSend(src, MsgType.PROBE_ACK, encode_control(Control(a=msg.a)))]
+        return [FdSend(src, MsgType.PROBE_ACK, encode(ProbeAck(msg.nonce)))]
 
-    def on_ask(self, src: int, msg: Control, now: float) -> list[FdOut]:
-        i = self._index.get(msg.a)
+    def on_ask(self, src: int, msg: Ask, now: float) -> list[FdOut]:
+        i = self._index.get(msg.member)
         age = NEVER_MS if i is None else int(max(0.0, now - self.heard_at[i]) * 1000)
-        return [FdSend(src, MsgType.ASK_REPLY, encode_control(Control(a=msg.a, b=age)))]
+        return [FdSend(src, MsgType.ASK_REPLY, encode(AskReply(msg.member, age)))]
 
-    def on_ask_reply(self, src: int, msg: Control, now: float) -> list[FdOut]:
+    def on_ask_reply(self, src: int, msg: AskReply, now: float) -> list[FdOut]:
         """A neighbour heard from the suspect within the suspect timeout: busy.
         When every neighbour asked has said it did not, all three stages
         agree at once: failed, without waiting for ``ask_timeout``."""
-        confirmation = self.suspects.get(msg.a)
+        confirmation = self.suspects.get(msg.member)
         if confirmation is None:
             return []
         window = now - confirmation.since if confirmation.refused else self.suspect_timeout()
-        if msg.b / 1000 >= window:
+        if msg.age_ms / 1000 >= window:
             confirmation.awaiting.discard(src)
             if confirmation.stage == "ask" and not confirmation.awaiting:
-                return self._declare_failed(msg.a)
+                return self._declare_failed(msg.member)
             return []
-        del self.suspects[msg.a]
-        self.grace_from[self._index[msg.a]] = now
+        del self.suspects[msg.member]
+        self.grace_from[self._index[msg.member]] = now
         self._counts["busy"] += 1
-        return [FdEvent(Verdict.BUSY, msg.a)]
+        return [FdEvent(Verdict.BUSY, msg.member)]
 
     def on_unreachable(self, member: int, now: float) -> list[FdOut]:
         """The network says nobody listens at ``member``'s address: the pull
@@ -361,7 +362,7 @@ class FailureDetector:
         if confirmation.stage == "pull" and confirmation.probes < self.params.probe_count:
             confirmation.probes += 1
             confirmation.due = now + self.params.probe_interval
-            return [FdSend(member, MsgType.PROBE, encode_control(Control(a=confirmation.nonce)))]
+            return [FdSend(member, MsgType.PROBE, encode(Probe(confirmation.nonce)))]
         if confirmation.stage == "pull":
             return self._ask(member, confirmation, now)
         return self._declare_failed(member)
@@ -373,7 +374,7 @@ class FailureDetector:
         confirmation.stage = "ask"
         confirmation.due = now + self.params.ask_timeout
         confirmation.awaiting = set(neighbours)
-        body = encode_control(Control(a=member, b=confirmation.nonce))
+        body = encode(Ask(member, confirmation.nonce))
         return [FdSend(n, MsgType.ASK, body) for n in neighbours]
 
     def _neighbours(self, member: int) -> list[int]:

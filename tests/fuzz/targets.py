@@ -31,6 +31,8 @@ from sgcs.config import Config, Order
 from sgcs.errors import DecodeError, UsageError, WouldBlock
 from sgcs.node import Node
 from sgcs.transport.records import Record
+from sgcs.membership.messages import (MESSAGES, CommitMsg, ControlMessage, Flush, InstalledMsg, Propose,
+                                      decode_untrusted, encode)
 from sgcs.wire import Control, Flag, HelloMsg, LeaveMsg, MsgType
 
 SECRET = b"fuzz-secret"
@@ -146,6 +148,14 @@ def _control(data: bytes) -> object:
     return wire.decode_control_untrusted(data[1:], lists=bool(data[:1] and data[0] & 1))
 
 
+_CONTROL_TYPES = sorted(MESSAGES)
+
+
+def _typed_control(data: bytes) -> object:
+    """The first byte picks a control type of the registry; the rest is its body."""
+    return decode_untrusted(_CONTROL_TYPES[(data[0] if data else 0) % len(_CONTROL_TYPES)], data[1:])
+
+
 def _acks(data: bytes) -> object:
     return wire.decode_acks_untrusted(data[1:], data[0] % 16 if data else 0)
 
@@ -190,13 +200,27 @@ def _decoder_targets() -> dict[str, DecoderTarget]:
             wire.encode_unicast(1, TAG, _seed_records()),)),
         "decode_heartbeat_untrusted": DecoderTarget(_one("decode_heartbeat_untrusted"), (hb,)),
         "decode_control_untrusted": DecoderTarget(_control, (b"\x01" + control, b"\x00" + control)),
+        "messages.decode_untrusted": DecoderTarget(_typed_control, tuple(
+            bytes([_CONTROL_TYPES.index(example.TYPE)]) + encode(example) for example in _typed_examples())),
     }
+
+
+def _typed_examples() -> list[ControlMessage]:
+    """One well-formed message of every class in the registry (the fuzz corpus seeds)."""
+    from sgcs.membership.messages import Ask, AskReply, Beacon, Probe, ProbeAck
+    examples: list[ControlMessage] = [
+        Propose(TAG, 3, 1, 1, (1, 2)), Flush(TAG, 3, 1, 4, 0, ((1, 4),), 7), CommitMsg(TAG, 3, 1, 1, ((1, 0), (2, 0)),
+                                                                                         ((1, 4),), ()),
+        InstalledMsg(TAG, 3, 1), Beacon(TAG, 3, 1, 0, (1, 2)), Probe(9), ProbeAck(9), Ask(2, 9), AskReply(2, 50)]
+    assert {type(e) for e in examples} == set(MESSAGES.values())
+    return examples
 
 
 def wire_decoder_names() -> list[str]:
     """Every untrusted decoder ``sgcs.wire`` defines, found by name, so that a
-    new one cannot be left without a target."""
-    return sorted(n for n, f in vars(wire).items() if re.fullmatch(r"decode_\w+_untrusted", n) and callable(f))
+    new one cannot be left without a target, and the control-message registry's."""
+    found = [n for n, f in vars(wire).items() if re.fullmatch(r"decode_\w+_untrusted", n) and callable(f)]
+    return sorted([*found, "messages.decode_untrusted"])
 
 
 DECODERS = _decoder_targets()
@@ -225,9 +249,9 @@ class Harness:
     now: float = 0.0
     last: bytes = b""
     last_src: int = 0
-    own_proposal: Control | None = None
+    own_proposal: Propose | None = None
     """The node's latest PROPOSE, so a FLUSH or INSTALLED can answer it."""
-    peer_proposal: tuple[int, Control] | None = None
+    peer_proposal: tuple[int, Propose] | None = None
     """(sender, msg) of the latest fuzzed PROPOSE, so a COMMIT can match it."""
     encrypt: bool = False
     sealers: dict[int, Any] = field(default_factory=dict)
@@ -247,30 +271,40 @@ class Harness:
             if type(action) in (Send, Multicast) and action.msg_type is MsgType.PROPOSE:
                 cipher = (_CIPHER,) if self.encrypt else ()  # an sgcs before encryption takes no cipher
                 _, body = wire.decode_datagram_untrusted(action.data, KEY, *cipher)
-                self.own_proposal = wire.decode_control_untrusted(body)
+                proposal = decode_untrusted(MsgType.PROPOSE, body)
+                assert isinstance(proposal, Propose)
+                self.own_proposal = proposal
 
 
 def _control_body(r: Reader, h: Harness, msg_type: MsgType) -> tuple[int, bytes]:
-    """A control message, often one that answers the proposal in flight."""
+    """A control message: free fields and lists (any shape, for the strict
+    decoders of ``sgcs.membership.messages``), or, often, a well-formed
+    message of the type's class in the registry that answers the proposal in
+    flight."""
     sender = r.member()
     lists = tuple(r.entries() for _ in range(r.byte() % (wire.MAX_ENTRY_LISTS + 1)))
-    msg = Control(r.tag(), r.int(63), r.int(32), r.int(63), r.int(63), lists)
+    free = Control(r.tag(), r.int(63), r.int(32), r.int(63), r.int(63), lists)
     answer = r.byte() % 4  # 0: free; else match the proposal in flight, if any
-    if answer and msg_type in (MsgType.FLUSH, MsgType.INSTALLED) and h.own_proposal is not None:
+    cls = MESSAGES[msg_type]
+    msg: ControlMessage | None = None
+    if answer and cls is Flush and h.own_proposal is not None:
         p = h.own_proposal
-        members = [m for m, _ in p.lists[0]] if p.lists else [sender]
-        sender = members[r.byte() % len(members)]
-        msg = Control(p.group_tag, p.epoch, p.attempt, msg.a, msg.b, lists[:1] or ((),))
-    elif answer and msg_type is MsgType.COMMIT and h.peer_proposal is not None:
+        sender = (p.members or (sender,))[r.byte() % max(1, len(p.members))]
+        msg = Flush(p.group_tag, p.epoch, p.attempt, free.a, free.b, lists[0] if lists else (), r.int(62))
+    elif answer and cls is InstalledMsg and h.own_proposal is not None:
+        p = h.own_proposal
+        sender = (p.members or (sender,))[r.byte() % max(1, len(p.members))]
+        msg = InstalledMsg(p.group_tag, p.epoch, p.attempt)
+    elif answer and cls is CommitMsg and h.peer_proposal is not None:
         sender, p = h.peer_proposal
-        msg = Control(p.group_tag, p.epoch, p.attempt, sender, 0, (p.lists[0] if p.lists else (), r.entries(),
-                                                                    r.entries()))
-    elif answer and msg_type is MsgType.PROPOSE:
+        msg = CommitMsg(p.group_tag, p.epoch, p.attempt, sender, tuple((m, 0) for m in p.members), r.entries(),
+                        r.entries())
+    elif answer and cls is Propose:
         members = tuple(sorted({h.node.id, sender, *(r.member() for _ in range(r.byte() % 4))}))
-        msg = Control(TAG, msg.epoch % 8, 1 + msg.attempt % 4, sender, 0, (tuple((m, 0) for m in members),))
-    if msg_type is MsgType.PROPOSE:
+        msg = Propose(TAG, free.epoch % 8, 1 + free.attempt % 4, sender, members)
+    if isinstance(msg, Propose):
         h.peer_proposal = (sender, msg)
-    return sender, wire.encode_control(msg)
+    return sender, encode(msg) if msg is not None else wire.encode_control(free)
 
 
 def _structured(r: Reader, h: Harness) -> tuple[int, int, int, bytes]:
