@@ -313,6 +313,20 @@ def test_no_replies_mean_failed_after_ask_timeout() -> None:
     assert d.statistics().failures == 1
 
 
+def test_a_failed_member_heard_again_is_cleared() -> None:
+    """A verdict only a coordinator acts on must not outlive evidence of life:
+    a member that keeps it would exclude a live member the day it coordinates,
+    and a group with such verdicts never settles (adversarial machine, seed
+    2952616851)."""
+    d = detector(0, range(8))
+    _, _, began = to_ask_stage(d, 5)
+    d.on_timeout(began + PARAMS.ask_timeout)
+    assert 5 in d.failed
+    assert events(d.heard(5, began + PARAMS.ask_timeout + 0.1)) == [("unsuspect", 5)]
+    assert 5 not in d.failed
+    assert d.heard(5, began + PARAMS.ask_timeout + 0.2) == [], "said once"
+
+
 def test_group_of_two_skips_the_ask_stage() -> None:
     d = detector(0, {0, 1})
     t, _ = suspect_now(d, 1)

@@ -209,6 +209,16 @@ class FailureDetector:
             del self.suspects[member]
             self._counts["refuted"] += 1
             return [FdEvent(Verdict.UNSUSPECT, member)]
+        if member in self.failed:
+            # A verdict no group acted on (only a coordinator acts), refuted:
+            # kept, it would exclude a live member the day we coordinate, and
+            # the group could never settle (adversarial machine, seed
+            # 2952616851: three members each held live others failed for good).
+            # A restart is not refuted this way: the node fails the old self.
+            self.failed.discard(member)
+            self.grace_from[i] = now
+            self._counts["refuted"] += 1
+            return [FdEvent(Verdict.UNSUSPECT, member)]
         return []
 
     def note_multicast(self, now: float) -> None:
