@@ -212,6 +212,13 @@ class GroupStack:
         """(coordinator, incarnation, epoch) of a beacon that listed exactly our
         view: its repeats need not be decoded (O(N) member lists at scale)."""
         self.incarnations: dict[int, int] = {}
+        self.delivered_high: dict[int, int] = {}
+        """Per sender, the last multicast record we delivered, in any view.
+        A flush reports it so that no commit rolls back what we delivered,
+        even in a view long left (randomized total-order machine, seed
+        567377617: a coordinator that had delivered a message in a view it
+        then left alone committed a later view that rolled it back). Kept
+        for members of our view and a few others (``_forget_departed``)."""
         """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
         self.joined_at: dict[int, int] = {}
         """Epoch of the view that admitted each member newer than our first view."""
@@ -284,7 +291,7 @@ class GroupStack:
         if incarnation is not None and type(msg) is not Beacon:
             self._note_incarnation(src, incarnation)
         if type(msg) is Propose:
-            return self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now), now)
+            return self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now, self.delivered_high), now)
         if type(msg) is Flush:
             return self.on_agreement(agreement.on_flush(src, msg, now), now)
         if type(msg) is CommitMsg:
@@ -299,6 +306,8 @@ class GroupStack:
         self.incarnations[src] = incarnation
         if len(self.incarnations) > 2 * len(self.view.members) + 64:  # forget senders long gone
             self.incarnations = {m: i for m, i in self.incarnations.items() if m in self.view or m == src}
+        if len(self.delivered_high) > 2 * len(self.view.members) + 64:
+            self.delivered_high = {m: s for m, s in self.delivered_high.items() if m in self.view}
 
     def _on_beacon(self, src: int, msg: Beacon, now: float) -> list[AgreementOut]:
         members = set(msg.members) or {src}

@@ -667,6 +667,8 @@ class Node:
     def _deliver(self, out: list[Action], state: GroupStack, message: Message, dest: int | None,
                  view_id: str | None = None) -> None:
         self._counts["delivered"] += 1
+        if dest is None:  # a sender's multicasts are delivered in order: the last is the highest
+            state.delivered_high[message.sender] = message.last or message.seq
         view_id = view_id or state.view.view_id
         out.append(Deliver(message.sender, message.seq, message.payload, view_id, state.name, dest))
         if self.trace:

@@ -33,6 +33,8 @@ GOLDEN: list[tuple[ControlMessage, str]] = [
      "1122334455667788000000000000000300000002000000000000000100000000000000000103010001000300"),
     (Flush(TAG, 3, 2, 7, 9, ((1, 4), (2, 0)), 3074457344186602837),
      "1122334455667788000000000000000300000002000000000000000700000000000000090202010401000100d5aad5aaa5d5aad52a"),
+    (Flush(TAG, 3, 2, 7, 9, ((1, 4), (2, 0)), 3074457344186602837, ((5, 1),)),
+     "1122334455667788000000000000000300000002000000000000000700000000000000090302010401000100d5aad5aaa5d5aad52a010501"),
     (CommitMsg(TAG, 3, 2, 1, ((1, 0), (2, 0), (5, 0)), ((1, 4), (2, 7)), ((2, 9),)),
      "11223344556677880000000000000003000000020000000000000001000000000000000003030100010003000201040107010209"),
     (InstalledMsg(TAG, 3, 2), "11223344556677880000000000000003000000020000000000000000000000000000000000"),
@@ -46,7 +48,7 @@ GOLDEN: list[tuple[ControlMessage, str]] = [
 
 
 def test_every_control_type_has_a_golden_vector() -> None:
-    assert {type(m) for m, _ in GOLDEN} == set(MESSAGES.values())
+    assert {type(m) for m, _ in GOLDEN} == set(MESSAGES.values())  # Flush twice: without and with deliveries
     assert set(MESSAGES) == {MsgType.PROPOSE, MsgType.FLUSH, MsgType.COMMIT, MsgType.INSTALLED, MsgType.BEACON,
                              MsgType.PROBE, MsgType.PROBE_ACK, MsgType.ASK, MsgType.ASK_REPLY}
 
@@ -61,7 +63,7 @@ BAD_SHAPES = [
     (MsgType.PROPOSE, Control(TAG, 3, 1, 1, 0, ())),  # no member list
     (MsgType.PROPOSE, Control(TAG, 3, 1, 1, 0, (((1, 0), (1, 0)),))),  # a member twice
     (MsgType.FLUSH, Control(TAG, 3, 1, 0, 0, ())),
-    (MsgType.FLUSH, Control(TAG, 3, 1, 0, 0, ((), (), ()))),
+    (MsgType.FLUSH, Control(TAG, 3, 1, 0, 0, ((), (), (), ()))),
     (MsgType.COMMIT, Control(TAG, 3, 1, 1, 0, (((1, 0),), ()))),  # two lists, not three
     (MsgType.COMMIT, Control(TAG, 2**62 + 1, 1, 1, 0, ((), (), ()))),  # absurd epoch
     (MsgType.INSTALLED, Control(TAG, 3, 1, 0, 0, ((),))),
@@ -92,7 +94,7 @@ epochs = st.integers(0, 2**62)
 attempts = st.integers(0, 2**32 - 1)
 MESSAGES_ST = st.one_of(
     st.builds(Propose, ids, epochs, attempts, ids, members),
-    st.builds(Flush, ids, epochs, attempts, ids, ids, pairs, ids),
+    st.builds(Flush, ids, epochs, attempts, ids, ids, pairs, ids, pairs),
     st.builds(CommitMsg, ids, epochs, attempts, ids, members.map(lambda ms: tuple((m, 0) for m in ms)), pairs, pairs),
     st.builds(InstalledMsg, ids, epochs, attempts),
     st.builds(Beacon, ids, epochs, ids, ids, members),

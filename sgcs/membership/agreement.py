@@ -195,7 +195,7 @@ class _Proposal:
 @dataclass
 class _Coordination:
     proposal: _Proposal
-    replies: dict[int, tuple[int, Entries, int, int]] = field(default_factory=dict)
+    replies: dict[int, tuple[int, Entries, int, int, Entries]] = field(default_factory=dict)
     """member -> (frozen own seq, frozen vector, rollback bound, its ``lineage``)."""
     deadline: float = 0.0
     repeat_at: float = 0.0
@@ -391,8 +391,11 @@ class ViewAgreement:
 
     # ------------------------------------------------------------------ participant
 
-    def on_propose(self, src: int, msg: Propose, snapshot: tuple[int, dict[int, int]], now: float
-                   ) -> list[AgreementOut]:
+    def on_propose(self, src: int, msg: Propose, snapshot: tuple[int, dict[int, int]], now: float,
+                   delivered: dict[int, int] | None = None) -> list[AgreementOut]:
+        """``delivered``: per sender, the last record we delivered in any
+        view, reported in the flush so that the cut covers it: a delivered
+        record is never rolled back."""
         members = msg.members
         proposal = _Proposal(msg.epoch, msg.attempt, src, members)
         if self.me not in members or proposal.epoch <= self.view.epoch or proposal.attempt > MAX_ATTEMPT:
@@ -419,7 +422,7 @@ class ViewAgreement:
                 self.coordination = None  # a higher proposal wins: follow it
             self.accepted = proposal
         self.commit_wait = now + 2 * self.view_timeout
-        out.append(self._flush_reply(src, proposal))
+        out.append(self._flush_reply(src, proposal, delivered or {}))
         return out
 
     def _note_sent_under(self, members: tuple[int, ...], upto: int) -> None:
@@ -432,13 +435,13 @@ class ViewAgreement:
         self.sent_under = [(under, seq) for under, seq in self.sent_under if not set(under) <= grown]
         self.sent_under.append((members, upto))
 
-    def _flush_reply(self, coordinator: int, proposal: _Proposal) -> CtlSend:
+    def _flush_reply(self, coordinator: int, proposal: _Proposal, delivered: dict[int, int]) -> CtlSend:
         assert self.snapshot is not None
         own, vector = self.snapshot
         members = set(proposal.members)
         rollback = max([upto for under, upto in self.sent_under if not set(under) <= members], default=0)
         body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, own, rollback, tuple(sorted(vector.items())),
-                            lineage(self.view, self.previous)))
+                            lineage(self.view, self.previous), tuple(sorted(delivered.items()))))
         return CtlSend(coordinator, MsgType.FLUSH, body)
 
     def on_commit(self, src: int, msg: CommitMsg) -> list[AgreementOut]:
@@ -529,7 +532,7 @@ class ViewAgreement:
         p = coordination.proposal
         if (msg.epoch, msg.attempt) != (p.epoch, p.attempt) or src not in p.members:
             return []
-        coordination.replies[src] = (msg.own, msg.vector, msg.rollback, msg.lineage)
+        coordination.replies[src] = (msg.own, msg.vector, msg.rollback, msg.lineage, msg.delivered)
         if set(coordination.replies) >= set(p.members):
             return self._commit(now)
         return []
@@ -541,10 +544,12 @@ class ViewAgreement:
         cut: dict[int, int] = {}
         rollback: dict[int, int] = {}
         origins = {m: coordination.replies[m][3] for m in p.members}
-        for member, (own, vector, bound, origin) in coordination.replies.items():
+        for member, (own, vector, bound, origin, delivered) in coordination.replies.items():
             for sender, high in vector:
                 if not self.ordered or _holds_for(origin, origins.get(sender)):
                     cut[sender] = max(cut.get(sender, 0), high)
+            for sender, high in delivered:  # delivered somewhere: never rolled back, always in the cut
+                cut[sender] = max(cut.get(sender, 0), high)
             cut[member] = max(cut.get(member, 0), own)
             if bound > own:
                 rollback[member] = bound

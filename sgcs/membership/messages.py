@@ -76,7 +76,9 @@ class Propose:
 class Flush:
     """Phase 2, a member's answer: its snapshot (own last record, how far it
     holds each stream), the top of what it sent under superseded proposals
-    (``rollback``) and the lineage of the view it flushes from."""
+    (``rollback``), the lineage of the view it flushes from and, per sender,
+    the last record it ever delivered (a third list, sent when not empty:
+    deliveries are irrevocable, so the cut covers them)."""
 
     TYPE: ClassVar[MsgType] = MsgType.FLUSH
     group_tag: int
@@ -86,16 +88,18 @@ class Flush:
     rollback: int
     vector: Pairs
     lineage: int
+    delivered: Pairs = ()
 
     def to_control(self) -> Control:
-        return Control(self.group_tag, self.epoch, self.attempt, self.own, self.rollback,
-                       (self.vector, ((0, self.lineage),)))
+        lists = (self.vector, ((0, self.lineage),)) + ((self.delivered,) if self.delivered else ())
+        return Control(self.group_tag, self.epoch, self.attempt, self.own, self.rollback, lists)
 
     @classmethod
     def from_control(cls, c: Control) -> Flush:
-        _lists(c, 1, 2, "flush")
+        _lists(c, 1, 3, "flush")
         lineage = c.lists[1][0][1] if len(c.lists) > 1 and c.lists[1] else 0
-        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.b, c.lists[0], lineage)
+        delivered = c.lists[2] if len(c.lists) > 2 else ()
+        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.b, c.lists[0], lineage, delivered)
 
 
 @dataclass(frozen=True, slots=True)
