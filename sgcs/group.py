@@ -422,6 +422,15 @@ class GroupStack:
                 continue  # its records come afresh after the cut, in the new view
             if message.optimistic and message.epoch_tag != tag and commit.moved_on(message.sender, old):
                 continue  # sent under the view we missed: its members delivered it there (or rolled it back)
+            if message.optimistic and (message.last or message.seq) <= commit.cut.get(message.sender, 0):
+                # Held here, yet within the cut: the members that installed the
+                # view it was sent under (we and its sender missed that view)
+                # hold or delivered it there. Delivering it now would put it in
+                # a second view, one that may lack members of its optimistic
+                # view (randomized total-order machine, seed 567377617).
+                if message.sender == self.me:
+                    self.fate_unknown += 1
+                continue
             if message.sender not in new or left_out:
                 if message.sender != self.me:
                     continue

@@ -119,7 +119,8 @@ class NodeStatistics:
     """Own optimistic or held messages neither delivered nor rolled back here:
     this node was left out of a view change while they waited, and the
     members that went on may have delivered them (virtual synchrony tells a
-    member that drops out nothing of its last messages)."""
+    member that drops out nothing of its last messages); or it missed the
+    view they were sent under, whose members delivered them there."""
 
 
 _Handler = Callable[["Node", Header, bytes, Address, float], list[Action]]
