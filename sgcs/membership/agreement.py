@@ -250,6 +250,10 @@ class ViewAgreement:
         self.diverged = False
         """A member of our view coordinates another view of this epoch or
         later: propose afresh even though the wanted membership is the view."""
+        self.took_over = False
+        """We proposed after waiting in vain for the commit of another
+        coordinator's proposal, which it may have committed without us: until
+        our next install, we do not know the fate of what we sent under it."""
 
     # ------------------------------------------------------------------ queries
 
@@ -509,7 +513,7 @@ class ViewAgreement:
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
         self.accepted = self.snapshot = self.commit_wait = self.committing = None
         self.sent_under = []
-        self.diverged = False
+        self.diverged = self.took_over = False
         if self.coordination is not None and self.coordination.proposal.epoch <= self.view.epoch \
                 and commit.coordinator != self.me:
             self.coordination = None
@@ -646,6 +650,7 @@ class ViewAgreement:
         live = [m for m in proposal.members if m != proposal.coordinator and m not in self.failed
                 and (m in self.view or m == self.me)]
         if live and min(live) == self.me:
+            self.took_over = True
             return self._propose(tuple(sorted(self.wanted())), now)
         return []
 
