@@ -361,8 +361,8 @@ class GroupStack:
             # up) is not ours to deliver here. Some members received it, others
             # did not; the drain would deliver it at the first only (randomized
             # total-order machine, seed 7: invariant 5). It comes afresh after the cut.
-            for sender in sorted(self.foreign):
-                self._release([_message(m) for m in self.ordering.forget(sender)])
+            for sender in sorted(self.foreign):  # its records sent as a member of our view stay
+                self.ordering.truncate_at_first(sender, lambda m: _message(m).optimistic)
         held, self.held = self.held, []
         self.held_senders = set()
         self._release(self._order(self._pass_gate(held)))

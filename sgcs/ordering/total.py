@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from sortedcontainers import SortedList
 
@@ -353,6 +353,26 @@ class OrderingLayer:
             self._clocks.add((best, member))
         stream.clock = best
         return True
+
+    def truncate_at_first(self, member: int, cut_here: Callable[[OrderedMessage], bool]) -> None:
+        """Drop ``member``'s undelivered messages from the first one for which
+        ``cut_here`` holds: they leave this view's order, alike everywhere
+        (a message straddling the point stays)."""
+        stream = self._streams.get(member)
+        if stream is None:
+            return
+        first = next((m.first for m in stream.queue if cut_here(m)), None)
+        if first is None:
+            return
+        high = first - 1
+        while stream.queue and stream.queue[-1].first > high:
+            stream.queue.pop()
+        while stream.unstamped and stream.unstamped[-1].first > high:
+            stream.unstamped.pop()
+        i = bisect.bisect_right(stream.ends, high)
+        del stream.ends[i:], stream.stamps[i:]
+        stream.received = max(high, stream.delivered)
+        self._work.add(member)
 
     def start_at(self, member: int, seq: int) -> None:
         """A new view begins ``member``'s stream after record ``seq`` (the cut)."""
