@@ -334,6 +334,13 @@ class GroupStack:
                     and src != self.agreement.coordinator():
                 return self.agreement.diverge(dict.fromkeys(members, msg.epoch), now)  # two views overlap
             return []
+        mates = members & set(self.view.members)
+        if mates and self.me not in members and msg.epoch > self.view.epoch and self.committing is None:
+            # members of our view are in a later view without us: we missed the
+            # commit that excluded us, and its coordinator is not ours, so no
+            # beacon of our coordinator would tell us (randomized total-order
+            # machine, seed 3149061291: a wedge)
+            return self.agreement.left_out(src, msg.epoch)
         return self.agreement.merge_with(dict.fromkeys(members, msg.epoch), src, now)
 
     def _begin_commit(self, commit: Commit, now: float) -> list:
