@@ -188,9 +188,10 @@ class GroupStack:
         self._commit_deadline: float | None = None
         self.foreign: frozenset[int] = frozenset()
         """Members of our old view that the commit brings from another view
-        (overlapping views: they never installed ours). Their records up to
-        the cut were sent in that other view: we neither fetch nor deliver
-        them, and, as for newcomers, their streams start after the cut."""
+        (overlapping views: they never installed ours; or a restart). Their
+        records up to the cut were sent in that other view: we deliver them
+        only up to what a member of ours delivered (``Commit.foreign``, ordered
+        groups), and, as for newcomers, their streams start after the cut."""
         self.held_senders: set[int] = set()
         """Senders with a held message: their later ones wait behind it (FIFO)."""
         self.first_optimistic: dict[int, int] = {}
@@ -357,23 +358,30 @@ class GroupStack:
         fifo, agreement = self.ordering is None, self.agreement
         self.foreign = frozenset(m for m in old if m in commit.view and not commit.shares(m, self.view)
                                  and not (fifo and agreement.lags(m, commit)))
+        self.limits = {s: self._foreign_limit(s, commit) if s in self.foreign else commit.cut.get(s, 0) for s in old}
         for sender in old:
-            if sender not in self.foreign:
-                self.stream.expect(sender, commit.cut.get(sender, 0), now)
-        self.limits = {s: 0 if s in self.foreign else commit.cut.get(s, 0) for s in old}
+            self.stream.expect(sender, self.limits[sender], now)
         self.stream.stability_cap = dict(self.limits)
         if self.ordering is not None:
-            # A foreign sender never installed our view: what we received of it
-            # under our view's epoch (sent under an optimistic view it then gave
-            # up) is not ours to deliver here. Some members received it, others
-            # did not; the drain would deliver it at the first only (randomized
-            # total-order machine, seed 7: invariant 5). It comes afresh after the cut.
-            for sender in sorted(self.foreign):  # its records sent as a member of our view stay
-                self.ordering.truncate_at_first(sender, lambda m: _message(m).optimistic)
+            # A foreign sender never installed our view (or restarted since):
+            # what we received of it is not ours to deliver here, beyond what a
+            # member of our view delivered before it flushed, which every member
+            # delivers here (``Commit.foreign``; members deliver nothing between
+            # their flush and the commit). Some members received more, others
+            # did not, or hold it back at their snapshot: delivering it would
+            # split our view (randomized total-order machine, seeds 7, 33064342
+            # and 567377617: invariant 5). It comes afresh after the cut.
+            for sender in sorted(self.foreign):
+                limit = self.limits[sender]
+                self.ordering.truncate_at_first(sender, lambda m: m.last > limit)
         held, self.held = self.held, []
         self.held_senders = set()
         self._release(self._order(self._pass_gate(held)))
+        self._release(self._deliverable())  # frozen since the proposal
         return self.progress(now)
+
+    def _foreign_limit(self, sender: int, commit: Commit) -> int:
+        return commit.foreign.get(sender, 0) if self.ordering is not None else 0
 
     def progress(self, now: float) -> list:
         """Install the committed view once every stream is complete up to the
@@ -383,8 +391,8 @@ class GroupStack:
         commit = self.committing
         if commit is None:
             return []
-        if all(self.stream.contig_of(s) >= commit.cut.get(s, 0) for s in self.view.members
-               if s != self.me and s not in self.foreign):
+        limits = self.limits or {}
+        if all(self.stream.contig_of(s) >= limits.get(s, 0) for s in self.view.members if s != self.me):
             return self._install(now)
         if self._commit_deadline is None:
             self._commit_deadline = now + 2 * self.agreement.view_timeout
@@ -555,8 +563,7 @@ class GroupStack:
     def take_outbox(self, now: float) -> list[Out]:
         records, self.outbox, self._outbox_bytes, self.flush_at = self.outbox, [], 0, None
         if self._order_due and self.ordering is not None:
-            self._order_due = False
-            ordered = [_message(m) for m in self.ordering.deliverable()]
+            ordered = self._deliverable()
             self._watch_blocker(now)  # our message may wait on a promise that was lost
             if self.events:  # after the view events already recorded
                 self.events += [Delivered(m, self.view.view_id) for m in ordered]
@@ -647,6 +654,15 @@ class GroupStack:
         add = self.ordering.add
         for message in messages:
             add(OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks, message))
+        return self._deliverable()
+
+    def _deliverable(self) -> list[Message]:
+        """What the order lets go now. Nothing while we are frozen at a
+        snapshot (answered a proposal, no commit yet): our flush reported what
+        we delivered so far, and the commit's cut must cover all a member
+        delivered in the view it closes (``Commit.foreign``)."""
+        if self.ordering is None or (self.limits is not None and self.committing is None):
+            return []
         self._order_due = False
         return [_message(m) for m in self.ordering.deliverable()]
 
@@ -685,8 +701,7 @@ class GroupStack:
             self.stream.on_acks(src, entries, now)
             if self.ordering is not None and src in self.view:
                 self.ordering.on_acks(src, entries)
-                self._order_due = False
-                self._release([_message(m) for m in self.ordering.deliverable()])
+                self._release(self._deliverable())
                 self._watch_blocker(now)
         # STABLE (a stability announcement of earlier versions) is ignored:
         # stability is gossiped within one roster, never taken on trust

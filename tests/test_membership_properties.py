@@ -642,3 +642,23 @@ def test_a_member_that_missed_the_commit_it_sent_under_does_not_roll_back_what_t
     assert not net.problems, "\n".join(net.problems)
     assert net.nodes[2].statistics().fate_unknown == 2
     net.converge()
+
+
+def test_a_restarted_members_old_record_is_delivered_alike_by_its_former_view() -> None:
+    """1 multicasts in (1..5) and proposes to merge with the newcomer 6; 4 is
+    paused. 1 restarts, and its new self coordinates the merge: its old
+    record is in the ordering of 2, 3 and 5, but 4 answered the proposal
+    before it arrived and held it back. 2, 3 and 5 delivered it in (1..5),
+    4 dropped it (randomized total-order machine, seed 33064342: invariant
+    5). Nobody delivered it before flushing, so nobody delivers it now."""
+    net = Cluster(Order.TOTAL)
+    net.start(5)
+    net.multicast(1)
+    net.pause(4, 2.36)
+    net.join_new()  # 6
+    net.advance_to_deadline()
+    net.deliver_all(range(len(net.pending)))
+    net.crash(1)
+    net.recover(1)
+    net.converge()
+    net.check_whole_trace()

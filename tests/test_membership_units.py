@@ -769,3 +769,30 @@ def test_the_cut_of_a_lagging_member_in_ordered_and_fifo_groups(ordered: bool) -
     (commit_send,) = sent
     cut = dict(body(commit_send).cut)
     assert cut.get(2, 0) == (0 if ordered else 2)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_what_a_member_delivered_of_a_sender_that_never_installed_its_view_is_in_the_commit(ordered: bool) -> None:
+    """As above, 2 missed V2's commit; 4 delivered 2's message 1 in V2's
+    ordinary total order before it flushed (1 had not: it lacked a promise).
+    The commit tells V2's members to deliver 2's records up to 1 in V2, so 1
+    fetches and delivers it there too; without it, 1 dropped it (randomized
+    total-order machine, seed 567377617: invariant 5). FIFO groups send no
+    such list (a laggard is theirs up to the cut)."""
+    from sgcs.membership.agreement import _Coordination, _Proposal, lineage
+
+    v1, v2 = View.of(1, (1, 2, 3, 4)), View.of(2, (1, 2, 3, 4))
+    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG, ordered=ordered)
+    coordinator.view, coordinator.previous = v2, v1
+    coordinator.coordination = _Coordination(_Proposal(3, 1, 1, (1, 2, 3, 4)))
+    installed_v2, missed_v2 = lineage(v2, v1), lineage(v1, None)
+    flushes = {1: (installed_v2, {2: 2}, {}), 4: (installed_v2, {2: 2}, {2: 1}), 2: (missed_v2, {2: 0}, {}),
+               3: (missed_v2, {2: 0}, {})}
+    sent = []
+    for member, (origin, vector, delivered) in flushes.items():
+        reply = Flush(TAG, 3, 1, 0, 0, tuple(vector.items()), origin, tuple(delivered.items()))
+        sent += ctl(coordinator.on_flush(member, reply, 0.1), MsgType.COMMIT)
+    (commit_send,) = sent
+    commit = body(commit_send)
+    assert dict(commit.foreign) == ({2: 1} if ordered else {})
+    assert dict(commit.cut)[2] == (1 if ordered else 2), "the cut covers every delivery"

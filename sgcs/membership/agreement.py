@@ -125,6 +125,13 @@ class Commit:
     origins: dict[int, int] = field(default_factory=dict)
     """Per member, the views it flushed from (``lineage``: its view and the
     one before); absent when all members flushed from one view."""
+    foreign: dict[int, int] = field(default_factory=dict)
+    """Ordered groups: per sender that never installed the view some member
+    flushed from, the last of its records such a member delivered (before it
+    flushed, in that view or one before). The members of that view deliver
+    the sender's records up to here in it, fetching what they lack, and drop
+    the rest: one of them delivered these in the view's ordinary order, so
+    all must (randomized total-order machine, seed 567377617: invariant 5)."""
 
     def shares(self, member: int, view: View) -> bool:
         """``member`` comes to this commit from ``view`` (or moved on from it,
@@ -466,7 +473,7 @@ class ViewAgreement:
             # Installing it would list us in two views of one epoch.
             return []
         self.committing = Commit(View.of(msg.epoch, members), dict(msg.cut), dict(msg.rollback), src,
-                                 msg.attempt, {m: d for m, d in msg.origins if d})
+                                 msg.attempt, {m: d for m, d in msg.origins if d}, dict(msg.foreign))
         return [self.committing]
 
     def _is_our_view(self, commit: CommitMsg) -> bool:
@@ -547,6 +554,7 @@ class ViewAgreement:
         p = coordination.proposal
         cut: dict[int, int] = {}
         rollback: dict[int, int] = {}
+        foreign: dict[int, int] = {}
         origins = {m: coordination.replies[m][3] for m in p.members}
         for member, (own, vector, bound, origin, delivered) in coordination.replies.items():
             for sender, high in vector:
@@ -554,13 +562,16 @@ class ViewAgreement:
                     cut[sender] = max(cut.get(sender, 0), high)
             for sender, high in delivered:  # delivered somewhere: never rolled back, always in the cut
                 cut[sender] = max(cut.get(sender, 0), high)
+                if self.ordered and not _holds_for(origin, origins.get(sender)):
+                    foreign[sender] = max(foreign.get(sender, 0), high)
             cut[member] = max(cut.get(member, 0), own)
             if bound > own:
                 rollback[member] = bound
         if len({origin >> 31 for origin in origins.values()}) == 1:  # all from one view: nothing to tell apart
             origins = dict.fromkeys(p.members, 0)
         coordination.commit = encode(CommitMsg(self.tag, p.epoch, p.attempt, self.me, tuple(origins.items()),
-                                               tuple(sorted(cut.items())), tuple(sorted(rollback.items()))))
+                                               tuple(sorted(cut.items())), tuple(sorted(rollback.items())),
+                                               tuple(sorted(foreign.items()))))
         coordination.installed = set()
         coordination.deadline = now + self.view_timeout
         coordination.repeat_at = now + self.view_timeout / REPEATS

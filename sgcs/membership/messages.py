@@ -105,8 +105,10 @@ class Flush:
 @dataclass(frozen=True, slots=True)
 class CommitMsg:
     """Phase 2, the coordinator's decision: the members with the lineage each
-    flushed from (0 for all when they all came from one view), the cut and
-    the rollback ranges."""
+    flushed from (0 for all when they all came from one view), the cut, the
+    rollback ranges and, per sender that never installed the view a member
+    flushed from, the last of its records such a member delivered in it (a
+    fourth list, sent when not empty: see ``agreement.Commit.foreign``)."""
 
     TYPE: ClassVar[MsgType] = MsgType.COMMIT
     group_tag: int
@@ -116,16 +118,18 @@ class CommitMsg:
     origins: Pairs
     cut: Pairs
     rollback: Pairs
+    foreign: Pairs = ()
 
     def to_control(self) -> Control:
-        return Control(self.group_tag, self.epoch, self.attempt, self.coordinator, 0,
-                       (self.origins, self.cut, self.rollback))
+        lists = (self.origins, self.cut, self.rollback) + ((self.foreign,) if self.foreign else ())
+        return Control(self.group_tag, self.epoch, self.attempt, self.coordinator, 0, lists)
 
     @classmethod
     def from_control(cls, c: Control) -> CommitMsg:
-        _lists(c, 3, 3, "commit")
+        _lists(c, 3, 4, "commit")
         _members(c.lists[0], "commit")
-        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.lists[0], c.lists[1], c.lists[2])
+        foreign = c.lists[3] if len(c.lists) > 3 else ()
+        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.lists[0], c.lists[1], c.lists[2], foreign)
 
     @property
     def members(self) -> tuple[int, ...]:
