@@ -28,6 +28,7 @@ percentiles.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import queue
 import statistics
@@ -67,6 +68,26 @@ DEFAULT_MAX_DATAGRAM: int = config_default("max_datagram")
 MAX_MESSAGE: int = config_default("max_message")
 
 
+BENCH_OWNED = frozenset({"name", "secret", "node_id", "bind_host", "port", "multicast_group", "multicast_port",
+                         "max_datagram", "encrypt"})
+"""Config fields the bench sets per member or by an option of its own."""
+
+
+def parse_settings(items: list[str]) -> tuple[tuple[str, Any], ...]:
+    """``FIELD=JSON`` strings (``--set``) as (field, value) pairs; a bare word is a string."""
+    pairs = []
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--set {item!r}: expected FIELD=VALUE, e.g. ack_interval=0.002")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        pairs.append((name.strip(), value))
+    return tuple(pairs)
+
+
 class BenchError(SgcsError):
     """The run failed (a member failed, exited or timed out); the message is one line."""
 
@@ -85,6 +106,8 @@ class BenchOptions:
     """Seconds for the whole run; None: ``default_timeout``."""
     encrypt: bool = False
     """Encrypt datagram bodies (``Config.encrypt``)."""
+    settings: tuple[tuple[str, Any], ...] = ()
+    """Protocol ``Config`` fields for every member (``--set``), e.g. (("ack_interval", 0.002),)."""
 
     def __post_init__(self) -> None:
         _check_int("members", self.members, 1, MAX_MEMBERS)
@@ -98,6 +121,14 @@ class BenchOptions:
             raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout}")
         if self.secret is not None and len(self.secret) < 8:
             raise UsageError("--secret must be at least 8 bytes")
+        known = {f.name for f in dataclasses.fields(Config)}
+        unknown = [name for name, _ in self.settings if name not in known]
+        if unknown:
+            raise UsageError(f"--set {unknown[0]}: Config has no such field")
+        reserved = {name for name, _ in self.settings} & BENCH_OWNED
+        if reserved:
+            raise UsageError(f"--set {sorted(reserved)[0]}: the bench sets that field itself (see its own option)")
+        Config(secret=b"check-settings", **dict(self.settings))  # a bad field or value: UsageError, one line
 
     def default_timeout(self) -> float:
         """Generous: 300 s, plus 5 ms per delivery per member, plus a paced run's length."""
@@ -138,6 +169,7 @@ class BenchReport:
             "sgcs_version": __version__,
             "members": o.members, "messages": o.messages, "size": o.size, "order": o.order,
             "rate_offered": o.rate, "max_datagram": o.max_datagram, "encrypt": o.encrypt,
+            "settings": dict(o.settings),
             "delivered": [m["delivered"] for m in self.members],
             "rates": [round(r, 1) for r in self.rates],
             "rate_median": round(statistics.median(self.rates), 1),
@@ -178,7 +210,7 @@ def run_bench(options: BenchOptions, progress: bool | None = None) -> BenchRepor
                 index=index, members=options.members, messages=options.messages, size=options.size,
                 order=options.order, rate=options.rate, max_datagram=options.max_datagram,
                 multicast_group=group, multicast_port=port, view_timeout=min(VIEW_TIMEOUT, timeout),
-                encrypt=options.encrypt,
+                encrypt=options.encrypt, settings=dict(options.settings),
             )
             states.append(_MemberState(index, *spawn("sgcs.bench_member", index, spec.to_json(), secret, events)))
         with _progress_bar(options, show) as update:

@@ -93,6 +93,8 @@ class MemberSpec:
     multicast_port: int
     view_timeout: float
     encrypt: bool = False
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Further Config fields (``sgcs bench --set``)."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -225,12 +227,16 @@ def _percentile(ordered: list[int], q: float) -> float:
 
 
 async def run_member(spec: MemberSpec, secret: bytes) -> None:
+    fields: dict[str, Any] = {
+        "beacon_interval": BEACON_INTERVAL,
+        # members saturate the CPU on purpose: a starved member is slow, not dead
+        "suspect_factor": BENCH_SUSPECT_FACTOR,
+        **spec.settings,
+    }
     config = sgcs.Config(
         name=f"bench-{spec.index}", secret=secret, bind_host="127.0.0.1",
         multicast_group=spec.multicast_group, multicast_port=spec.multicast_port,
-        max_datagram=spec.max_datagram, beacon_interval=BEACON_INTERVAL, encrypt=spec.encrypt,
-        # members saturate the CPU on purpose: a starved member is slow, not dead
-        suspect_factor=BENCH_SUSPECT_FACTOR,
+        max_datagram=spec.max_datagram, encrypt=spec.encrypt, **fields,
     )
     async with sgcs.open_node(config) as node, node.join(GROUP, order=spec.order) as group:
         member = Member(spec, node.id)

@@ -82,6 +82,8 @@ def _add_bench(parser: argparse.ArgumentParser) -> None:
                         help="encrypt datagram bodies with AES-256-GCM (Config.encrypt) to measure its cost")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="seconds for the whole run (default: 300 + 5 ms per member per message)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", dest="settings",
+                        help="a protocol Config field for every member, e.g. --set ack_interval=0.002 (repeatable)")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON report on stdout (the one-line summary goes to stderr)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -91,12 +93,13 @@ def _add_bench(parser: argparse.ArgumentParser) -> None:
 def _run_bench(args: argparse.Namespace) -> int:
     import json
 
-    from .bench import DEFAULT_MAX_DATAGRAM, BenchError, BenchOptions, run_bench
+    from .bench import DEFAULT_MAX_DATAGRAM, BenchError, BenchOptions, parse_settings, run_bench
 
     options = BenchOptions(
         members=args.members, messages=args.messages, size=args.size, order=args.order, rate=args.rate,
         max_datagram=DEFAULT_MAX_DATAGRAM if args.max_datagram is None else args.max_datagram,
         secret=None if args.secret is None else args.secret.encode(), timeout=args.timeout, encrypt=args.encrypt,
+        settings=parse_settings(args.settings),
     )
     try:
         report = run_bench(options, progress=args.progress)

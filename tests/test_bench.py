@@ -52,6 +52,15 @@ def test_encrypted_run_delivers_everything(capsys: pytest.CaptureFixture[str]) -
     assert ", encrypted:" in captured.err
 
 
+def test_settings_reach_every_member(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "--members", "2", "--messages", "100", "--size", "64", "--order", "total",
+                 "--set", "ack_interval=0.002", "--json", "--no-progress", "--timeout", "60"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    assert report["settings"] == {"ack_interval": 0.002} and report["delivered"] == [200, 200]
+
+
 def _exit_code(argv: list[str]) -> int:
     """main's return value, or argparse's exit code for bad arguments."""
     try:
@@ -67,6 +76,10 @@ def _exit_code(argv: list[str]) -> int:
         (["--members", "0"], "--members must be an integer in [1,"),
         (["--rate", "-1"], "--rate must be a positive number"),
         (["--order", "random"], "invalid choice"),
+        (["--set", "bogus=1"], "--set bogus: Config has no such field"),
+        (["--set", "ack_interval"], "expected FIELD=VALUE"),
+        (["--set", "ack_interval=-1"], "Config.ack_interval must be in"),
+        (["--set", "port=5"], "the bench sets that field itself"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
