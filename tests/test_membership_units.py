@@ -796,3 +796,33 @@ def test_what_a_member_delivered_of_a_sender_that_never_installed_its_view_is_in
     commit = body(commit_send)
     assert dict(commit.foreign) == ({2: 1} if ordered else {})
     assert dict(commit.cut)[2] == (1 if ordered else 2), "the cut covers every delivery"
+
+
+@pytest.mark.parametrize("order", ["fifo", "total"])
+def test_a_member_left_out_by_a_commit_it_missed_learns_it_from_a_non_coordinators_beacon(order: str) -> None:
+    """5 is in (4, 5, 6), coordinated by 4, and missed the commit of (1, 4, 6),
+    coordinated by 1. Its own coordinator 4 is not the new view's coordinator
+    and never beacons; 1's beacon shows 4 and 6 in a later view without 5. 5
+    must count itself left out and start again alone (randomized total-order
+    machine, explore.py seed 3149061291: it waited in (4, 5, 6) for ever).
+    A beacon listing us, or an earlier epoch, changes nothing."""
+    import random as random_module
+
+    from sgcs.config import Config, Order
+    from sgcs.group import GroupStack, build_params
+    from sgcs.membership.messages import Beacon
+    from sgcs.wire import ORDER_CODES
+
+    def member_five() -> GroupStack:
+        state = GroupStack("g", Order.parse(order), 5, (4, 5, 6), build_params(Config(secret=b"unit-test-secret")),
+                           random_module.Random(5), 0.0)
+        assert state.view.members == (4, 5, 6) and state.agreement.coordinator() == 4
+        return state
+
+    code = ORDER_CODES.index(Order.parse(order))
+    state = member_five()
+    state.on_control(1, Beacon(state.tag, state.view.epoch, 0, code, (1, 4, 5, 6)), 0.1)
+    state.on_control(1, Beacon(state.tag, state.view.epoch - 1, 0, code, (1, 4, 6)), 0.1)
+    assert state.view.members == (4, 5, 6), "a beacon listing us, or from before our view, is no news"
+    state.on_control(1, Beacon(state.tag, state.view.epoch + 1, 0, code, (1, 4, 6)), 0.2)
+    assert state.view.members == (5,), "left out: alone, to merge back by beacons"
