@@ -662,3 +662,31 @@ def test_a_restarted_members_old_record_is_delivered_alike_by_its_former_view() 
     net.recover(1)
     net.converge()
     net.check_whole_trace()
+
+
+def test_a_coordinator_installing_its_commit_proposes_nothing_at_that_epoch() -> None:
+    """1 commits (1..5) at epoch 2 and, before it installed it, hears the
+    newcomer 6. It proposed (1..6) at epoch 2 again, attempt 2: 3 and 4 had
+    not seen the commit, answered, and 3 multicast under (1..6); 1, 2 and 5
+    delivered that message in (1..5), and 3 and 4 never installed it
+    (randomized FIFO machine, explore.py seed 1083830753: invariant 7)."""
+    net = Cluster()
+    net.start(4)
+    net.multicast(1)
+    net.join_new()  # 5
+    net.multicast(1, 2)
+    net.multicast(1)
+    net.multicast(2)
+    net.pending.pop(1)
+    for order in ([0, 1, 2], [0, 4, 1, 5, 3, 6, 2]):
+        net.deliver_all(order)
+    net.join_new()  # 6
+    for order in ([0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 7, 2, 3, 4, 10, 11, 12, 13, 9, 8, 6, 1, 5, 14], [0, 1, 2, 3]):
+        # the order drawn then; a fixed node sends fewer datagrams (no second proposal)
+        count = len(net.pending)
+        net.deliver_all([i for i in order if i < count] + list(range(len(order), count)))
+    for sender in (1, 1, 1, 1, 1, 1, 3):
+        net.multicast(sender, 1, 0)
+    assert not net.problems, "\n".join(net.problems[:10])
+    net.converge()
+    net.check_whole_trace()
