@@ -253,6 +253,51 @@ class GroupStack:
             ordering.start_at(member, seq)
         return ordering
 
+    # ------------------------------------------------------------------ the node's view of the group
+
+    def coordinating(self) -> bool:
+        return self.agreement.coordinator() == self.me
+
+    def failed_members(self) -> frozenset[int]:
+        """Members our agreement holds failed (the detector keeps their verdicts)."""
+        return frozenset(self.agreement.failed)
+
+    def reject(self, member: int) -> None:
+        """``member`` joins with another order: never admitted."""
+        self.rejected.add(member)
+
+    def merge_joiner(self, member: int, now: float) -> list:
+        """A joiner announced itself: merge it without waiting for its beacon."""
+        return self.on_agreement(self.agreement.merge_with({member: 0}, member, now), now)
+
+    def beacon_due(self, now: float, interval: float) -> bool:
+        """Whether a beacon of ours goes out now (coordinators beacon every ``interval``)."""
+        if self.next_beacon is None or self.next_beacon > now:
+            return False
+        self.next_beacon = now + interval
+        return self.coordinating()
+
+    def beacon(self, incarnation: int) -> CtlSend:
+        return self.agreement.beacon(incarnation, ORDER_CODES.index(self.order))
+
+    def window(self) -> int:
+        """Unstable records held here (the flow-control window)."""
+        return self.stream.window()
+
+    def waiting(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(sender, seq) of messages received and not yet delivered: held for a
+        view change, and waiting for their order."""
+        ordered = [] if self.ordering is None else self.ordering.waiting_ids()
+        return [(m.sender, m.seq) for m in self.held], ordered
+
+    def note_delivered(self, sender: int, high: int) -> None:
+        """The node delivered ``sender``'s multicasts up to record ``high`` (see ``delivered_high``)."""
+        self.delivered_high[sender] = high
+
+    def take_events(self) -> list[GroupEvent]:
+        events, self.events = self.events, []
+        return events
+
     # ------------------------------------------------------------------ membership
 
     def snapshot(self) -> tuple[int, dict[int, int]]:
@@ -542,6 +587,20 @@ class GroupStack:
 
     # ------------------------------------------------------------------ sending
 
+    def send(self, payload: bytes, now: float) -> tuple[int, list[Out], View | None]:
+        """Number and buffer one multicast; returns its seq, the transport's
+        outputs and the optimistic view it is sent under (None: our view)."""
+        optimistic = self.agreement.optimistic_view() if self.limits is not None else None
+        seq, outputs = self.stream.send(payload, now, None if optimistic is None else optimistic.epoch)
+        self.last_send = now
+        return seq, outputs, optimistic
+
+    def unicast_blocked(self, member: int) -> bool:
+        return self.unicast.blocked(member)
+
+    def send_unicast(self, member: int, payload: bytes, now: float) -> tuple[int, UnicastSend]:
+        return self.unicast.send(member, payload, now)
+
     def ready_at(self, now: float) -> float | None:
         if self.limits is not None and not self.optimistic:
             return None  # pessimistic mode: sends wait for the new view
@@ -593,6 +652,17 @@ class GroupStack:
             self.ordering.add(OrderedMessage(own.sender, own.seq, own.last or own.seq, own.acks, own))
         self._order_due = True
         return []
+
+    def on_records(self, sender: int, records: tuple[Record, ...], kind: str, now: float) -> list[Message]:
+        """A datagram's multicast records of ``sender``: what may be delivered now, in order."""
+        return self.accept(self.stream.on_records(sender, records, kind, now), now)
+
+    def on_unicast_records(self, sender: int, records: tuple[Record, ...],
+                           now: float) -> tuple[list[Message], UnicastAck]:
+        return self.unicast.on_records(sender, records, now)
+
+    def on_nack(self, src: int, sender: int, ranges: tuple[tuple[int, int], ...], pull: bool) -> list[Out]:
+        return self.stream.on_nack(src, sender, ranges, pull)
 
     def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
         """Messages from the transport, in FIFO order per sender; returns those

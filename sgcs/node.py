@@ -64,7 +64,6 @@ from .wire import (
     Header,
     HelloMsg,
     LeaveMsg,
-    ORDER_CODES,
     MsgType,
     decode_control_untrusted,
     decode_datagram_untrusted,
@@ -235,16 +234,13 @@ class Node:
         state = self._group(group)
         self._check_payload(payload)
         if state.ready_at(now) is None:
-            raise WouldBlock(f"group {group!r}: {state.stream.window()} messages await stability (window_max)")
-        proposal = state.agreement.optimistic_view() if state.limits is not None else None
-        seq, outputs = state.stream.send(bytes(payload), now, None if proposal is None else proposal.epoch)
-        state.last_send = now
+            raise WouldBlock(f"group {group!r}: {state.window()} messages await stability (window_max)")
+        seq, outputs, optimistic = state.send(bytes(payload), now)
         out: list[Action] = []
         self._counts["sent"] += 1
         if len(self._groups) == 1:
             self.detector.note_multicast(now)  # every watched member hears from us directly
         if self.trace:  # the test here spares the hot path building the keywords
-            optimistic = state.agreement.optimistic_view() if state.limits is not None else None
             self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
                         view_id=(optimistic or state.view).view_id, optimistic=optimistic is not None,
                         size=len(payload))
@@ -264,9 +260,9 @@ class Node:
         if self._address_of(member) is None:
             raise UsageError(f"no address known yet for member {member}; wait until it has been heard from")
         self._check_payload(payload)
-        if state.unicast.blocked(member):
+        if state.unicast_blocked(member):
             raise WouldBlock(f"group {group!r}: member {member} has not acknowledged {self.config.window_max} unicasts")
-        seq, send = state.unicast.send(member, bytes(payload), now)
+        seq, send = state.send_unicast(member, bytes(payload), now)
         out: list[Action] = []
         self._counts["sent"] += 1
         self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
@@ -321,10 +317,8 @@ class Node:
         for state in list(self._groups.values()):
             if state.flush_at is not None and state.flush_at <= now:
                 self._flush(out, state, now)
-            if state.next_beacon is not None and state.next_beacon <= now:
-                state.next_beacon = now + self.config.beacon_interval
-                if state.agreement.coordinator() == self.id:
-                    self._beacon(out, state, None)
+            if state.beacon_due(now, self.config.beacon_interval):
+                self._beacon(out, state, None)
             self._route(out, state, state.on_timeout(now))
             self._drain(out, state, now)
         return out
@@ -356,17 +350,16 @@ class Node:
     def waiting_messages(self, group: str) -> dict[str, list[tuple[int, int]]]:
         """(sender, seq) of messages received and not yet delivered, by reason:
         held for a view change, or waiting for their order. For diagnosis."""
-        state = self._group(group)
-        ordered = [] if state.ordering is None else state.ordering.waiting_ids()
-        return {"view_change": [(m.sender, m.seq) for m in state.held], "order": ordered}
+        held, ordered = self._group(group).waiting()
+        return {"view_change": held, "order": ordered}
 
     def occupancy(self, group: str) -> tuple[int, int]:
         """(messages held here: unstable records plus those waiting for a view
         change or their order; the flow window: unstable records)."""
         state = self._group(group)
-        window = state.stream.window()
-        waiting = 0 if state.ordering is None else len(state.ordering.waiting_ids())
-        return window + len(state.held) + waiting, window
+        held, ordered = state.waiting()
+        window = state.window()
+        return window + len(held) + len(ordered), window
 
     def changing_view(self, group: str) -> bool:
         """A view change of ``group`` is under way here: sends are optimistic."""
@@ -413,7 +406,7 @@ class Node:
             return []
         out: list[Action] = []
         kind = _RECORD_KINDS[header.msg_type]
-        for message in state.accept(state.stream.on_records(header.sender, records, kind, now), now):
+        for message in state.on_records(header.sender, records, kind, now):
             self._deliver(out, state, message, None)
         if state.committing is not None:
             self._route(out, state, state.progress(now))
@@ -431,7 +424,7 @@ class Node:
         if header.sender not in state.view:
             return []  # not (or no longer) a member: its unicasts wait for a shared view
         out: list[Action] = []
-        messages, ack = state.unicast.on_records(header.sender, records, now)
+        messages, ack = state.on_unicast_records(header.sender, records, now)
         for message in messages:
             self._deliver(out, state, message, self.id)
         self._route(out, state, [ack])
@@ -442,7 +435,7 @@ class Node:
         state = self._member_group(tag)
         out: list[Action] = []
         if state is not None:
-            self._route(out, state, state.stream.on_nack(header.sender, sender, ranges, pull))
+            self._route(out, state, state.on_nack(header.sender, sender, ranges, pull))
         return out
 
     def _on_entries(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
@@ -471,14 +464,13 @@ class Node:
             return self._order_mismatch(state, header.sender, msg, src, now)
         state.joining = False  # a member with our order answered: we are in
         if msg.reply_wanted and header.sender not in state.view:
-            if header.sender < self.id and state.agreement.coordinator() == self.id:
+            if header.sender < self.id and state.coordinating():
                 # the lower coordinator merges, and this joiner missed our
                 # beacon (it went out before the joiner listened; the next is
                 # a beacon interval away): tell it of our component now
                 self._beacon(out, state, src)
             else:  # a joiner announces itself: merge it without waiting for its beacon
-                self._route(out, state, state.on_agreement(state.agreement.merge_with(
-                    {header.sender: 0}, header.sender, now), now))
+                self._route(out, state, state.merge_joiner(header.sender, now))
                 self._drain(out, state, now)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
@@ -535,7 +527,7 @@ class Node:
         """A joiner with another order is never admitted, and our answer tells it
         so; a joiner that hears such an answer from a member is refused."""
         out = self._drop("order_mismatch")
-        state.rejected.add(member)
+        state.reject(member)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False))
             self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
@@ -595,7 +587,7 @@ class Node:
             self.detector.set_members({m for members in views for m in members}, now)
         detector = self.detector
         if detector.failed:
-            held = {m for state in self._groups.values() for m in state.agreement.failed}
+            held = {m for state in self._groups.values() for m in state.failed_members()}
             for member in [m for m in detector.failed if m not in held]:
                 detector.readmit(member, now)
         for state in self._groups.values():
@@ -632,7 +624,7 @@ class Node:
         optimistic view, the new view, rollbacks and new-view deliveries."""
         for message in state.take_released():
             self._deliver(out, state, message, None)
-        events, state.events = state.events, []
+        events = state.take_events()
         installed = False
         for event in events:
             if type(event) is Delivered:
@@ -669,7 +661,7 @@ class Node:
                  view_id: str | None = None) -> None:
         self._counts["delivered"] += 1
         if dest is None:  # a sender's multicasts are delivered in order: the last is the highest
-            state.delivered_high[message.sender] = message.last or message.seq
+            state.note_delivered(message.sender, message.last or message.seq)
         view_id = view_id or state.view.view_id
         out.append(Deliver(message.sender, message.seq, message.payload, view_id, state.name, dest))
         if self.trace:
@@ -697,7 +689,7 @@ class Node:
 
     def _beacon(self, out: list[Action], state: GroupStack, to: Address | None) -> None:
         """Our component's beacon: multicast, or to one joiner's address."""
-        beacon = state.agreement.beacon(self.incarnation, ORDER_CODES.index(state.order))
+        beacon = state.beacon(self.incarnation)
         if to is None:
             self._route(out, state, [beacon])
         else:
