@@ -66,6 +66,7 @@ from .wire import (
     LeaveMsg,
     MsgType,
     decode_control_untrusted,
+    VerifiedMemo,
     decode_datagram_untrusted,
     decode_heartbeat_untrusted,
     decode_digest_untrusted,
@@ -139,10 +140,13 @@ class Node:
         incarnation: int = 0,
         salt: int = 0,
         now: float = 0.0,
+        verified_memo: VerifiedMemo | None = None,
     ) -> None:
         """``now``: the node's clock at creation. Clocks are local: every
         ``now`` a node is given is on its own clock, and no two nodes' clocks
-        need agree (the simulator gives each its own offset and drift)."""
+        need agree (the simulator gives each its own offset and drift).
+        ``verified_memo``: shared with other nodes of one process that hand
+        each other the same datagram objects (the simulator); None otherwise."""
         if not 0 <= node_id < 2**63:
             raise UsageError(f"node id must be in [0, 2**63), got {node_id}")
         if not 0 <= incarnation < 2**31:
@@ -156,6 +160,7 @@ class Node:
         # nonces: (incarnation, salt) differ per start, the counter per datagram
         self._sealer = Sealer(config.secret, node_id, incarnation << 32 | salt & 0xFFFFFFFF, config.encrypt)
         self._replay = ReplayWindow()
+        self._verified_memo = verified_memo
         self._params = build_params(config)
         self._groups: dict[str, GroupStack] = {}
         self._by_tag: dict[int, GroupStack] = {}
@@ -277,7 +282,7 @@ class Node:
         self._counts["rx"] += 1
         self._counts["rx_bytes"] += len(data)
         try:
-            header, body = decode_datagram_untrusted(data, self._sealer.key, self._sealer.cipher)
+            header, body = decode_datagram_untrusted(data, self._sealer.key, self._sealer.cipher, self._verified_memo)
             if header.sender == self.id:
                 return []  # our own multicast, looped back by the network
             if not self._replay.accept(header.sender, header.boot, header.counter):

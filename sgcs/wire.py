@@ -148,10 +148,12 @@ def seal(key: bytes, msg_type: MsgType, flags: Flag, sender: int, body: bytes, b
     return signed + hmac.digest(key, signed, "sha256")[:TAG_LEN]
 
 
-def decode_datagram_untrusted(data: bytes, key: bytes, cipher: BodyCipher | None = None) -> tuple[Header, bytes]:
+def decode_datagram_untrusted(data: bytes, key: bytes, cipher: BodyCipher | None = None,
+                              memo: VerifiedMemo | None = None) -> tuple[Header, bytes]:
     """Check framing, policy and tag; return the header and the still-untrusted
     (decrypted) body. With ``cipher``, only encrypted datagrams are accepted;
-    without, only plain ones: a group does not mix the two."""
+    without, only plain ones: a group does not mix the two. ``memo``: datagram
+    objects already checked (the simulator's; see ``VerifiedMemo``)."""
     if len(data) < OVERHEAD:
         raise DecodeError("short", f"{len(data)} bytes")
     if len(data) > MAX_UDP_PAYLOAD:
@@ -166,7 +168,7 @@ def decode_datagram_untrusted(data: bytes, key: bytes, cipher: BodyCipher | None
     if cipher is not None:
         body = _open_encrypted(data, cipher, sender, boot, counter)
     else:
-        body = _open_plain(data, key)
+        body = _open_plain(data, key, memo)
     msg_type = _MSG_TYPE_OF.get(type_code)
     if msg_type is None:
         raise DecodeError("type", f"type {type_code} flags {flag_bits}")
@@ -175,12 +177,13 @@ def decode_datagram_untrusted(data: bytes, key: bytes, cipher: BodyCipher | None
     return Header(msg_type, _FLAG_OF[flag_bits & ~int(Flag.ENCRYPTED) & 0xFF], sender, boot, counter), body
 
 
-def _open_plain(data: bytes, key: bytes) -> bytes:
+def _open_plain(data: bytes, key: bytes, memo: VerifiedMemo | None) -> bytes:
     signed = memoryview(data)[:-TAG_LEN]  # no copy: only the body is copied, once
-    if not _verified_before(data, key):
+    if memo is None or not memo.seen(data, key):
         if not hmac.compare_digest(hmac.digest(key, signed, "sha256")[:TAG_LEN], data[-TAG_LEN:]):
             raise DecodeError("mac")
-        _remember_verified(data, key)
+        if memo is not None:
+            memo.remember(data, key)
     return bytes(signed[HEADER.size:])
 
 
@@ -192,27 +195,33 @@ def _open_encrypted(data: bytes, cipher: BodyCipher, sender: int, boot: int, cou
 
 
 VERIFIED_MEMO = 1_024
-"""Datagram objects whose tag was checked lately. The simulator hands one bytes
-object to every receiver of a multicast (10,000 of them at scale), so it is
-checked once; a socket returns a new object per datagram, so a real node
-never hits and pays one dictionary lookup."""
-_verified: dict[int, tuple[bytes, bytes]] = {}  # id(data) -> (data, key); holding data keeps its id unique
+"""Datagram objects a ``VerifiedMemo`` remembers."""
 
 
-def _verified_before(data: bytes, key: bytes) -> bool:
-    entry = _verified.get(id(data))
-    return entry is not None and entry[0] is data and entry[1] is key
+class VerifiedMemo:
+    """Datagram objects whose tag was checked lately, shared by the nodes one
+    owner hands it to. The simulator hands one bytes object to every receiver
+    of a multicast (10,000 of them at scale) and one memo to all its nodes,
+    so a datagram is checked once; a real node has none (a socket returns a
+    new object per datagram: it would never hit). An explicit object, not a
+    process-wide cache: two simulations, or tests, in one process share
+    nothing."""
 
+    def __init__(self, capacity: int = VERIFIED_MEMO) -> None:
+        self.capacity = capacity
+        self._verified: dict[int, tuple[bytes, bytes]] = {}  # id(data) -> (data, key); holding data keeps its id unique
 
-def _remember_verified(data: bytes, key: bytes) -> None:
-    if type(data) is not bytes:
-        return  # mutable buffers may change after the check
-    if len(_verified) >= VERIFIED_MEMO:
-        try:  # oldest first; another thread's node may race us: then skip
-            _verified.pop(next(iter(_verified)), None)
-        except (RuntimeError, StopIteration):
-            pass
-    _verified[id(data)] = (data, key)
+    def seen(self, data: bytes, key: bytes) -> bool:
+        entry = self._verified.get(id(data))
+        return entry is not None and entry[0] is data and entry[1] is key
+
+    def remember(self, data: bytes, key: bytes) -> None:
+        if type(data) is not bytes:
+            return  # mutable buffers may change after the check
+        verified = self._verified
+        if len(verified) >= self.capacity:
+            verified.pop(next(iter(verified)), None)  # oldest first
+        verified[id(data)] = (data, key)
 
 
 _HELLO = struct.Struct("!QBB")

@@ -54,6 +54,7 @@ from sgcs.actions import (
 )
 from sgcs.errors import UsageError
 from sgcs.node import Node
+from sgcs.wire import VerifiedMemo
 
 from .engine import APP, ARRIVE, RETRY, TIMER, Engine
 from .lifecycle import FAULT_HANDLERS, start_run
@@ -144,6 +145,8 @@ class Simulator:
         self.net_bucket = net_bucket
         self.bucket_start = 0.0
         self.counters = Counters()
+        self.verified = VerifiedMemo()
+        """One multicast's datagram object reaches every receiver: its tag is checked once."""
         self.nodes: list[Node | None] = [None] * count
         self.incarnation = [-1] * count
         """Starts of each node minus one; -1: never started."""
@@ -197,7 +200,7 @@ class Simulator:
         self.incarnation[node_id] = incarnation
         rng = random.Random(f"{self.scenario.seed}:{node_id}:{incarnation}")
         node = Node(node_id, self.scenario.config, rng, resolve=_identity, trace=True, incarnation=incarnation,
-                    now=self.local(node_id, self.engine.now))
+                    now=self.local(node_id, self.engine.now), verified_memo=self.verified)
         self.nodes[node_id] = node
         self.timer_at[node_id] = None
         self._live = None

@@ -19,6 +19,7 @@ from sgcs.wire import (
     HelloMsg,
     LeaveMsg,
     MsgType,
+    VerifiedMemo,
     decode_datagram_untrusted,
     decode_entries_untrusted,
     decode_hello_untrusted,
@@ -240,3 +241,35 @@ def test_a_proposal_of_the_largest_view_fits_one_datagram_and_decodes() -> None:
     dense = tuple(range(32_000))
     datagram = seal(KEY, MsgType.PROPOSE, Flag.NONE, 1, encode_control(Control(7, 2, 1, 0, 0, (tuple((m, 0) for m in dense),))))
     assert len(datagram) <= MAX_UDP_PAYLOAD and len(decode_control_untrusted(decode_datagram_untrusted(datagram, KEY)[1]).lists[0]) == 32_000
+
+
+def test_a_verified_memo_checks_one_datagram_object_once_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator's memo: one tag check per datagram object, per key object;
+    a copy, another key, a mutable buffer or a node without the memo check again."""
+    import sgcs.wire as wire
+
+    checks = []
+    real = wire.hmac.digest
+    monkeypatch.setattr(wire.hmac, "digest", lambda *a: checks.append(1) or real(*a))
+    data = seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, 1, (), 0, b"x")]))
+    memo = VerifiedMemo(capacity=2)
+    other_key = derive_key(b"another-secret")
+    checks.clear()  # sealing and deriving computed some
+    for _ in range(3):
+        decode_datagram_untrusted(data, KEY, memo=memo)
+    assert len(checks) == 1
+    decode_datagram_untrusted(bytes(bytearray(data)), KEY, memo=memo)  # an equal copy: another object
+    decode_datagram_untrusted(data, KEY)  # no memo
+    assert len(checks) == 3
+    with pytest.raises(DecodeError, match="mac"):
+        decode_datagram_untrusted(data, other_key, memo=memo)
+    buffer = bytearray(data)
+    decode_datagram_untrusted(buffer, KEY, memo=memo)  # type: ignore[arg-type]
+    decode_datagram_untrusted(buffer, KEY, memo=memo)  # type: ignore[arg-type]
+    assert len(checks) == 6, "another key checks; a mutable buffer is checked every time"
+    for n in range(3):  # the capacity holds: the oldest is forgotten
+        decode_datagram_untrusted(seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, n, (), 0, b"")])),
+                                  KEY, memo=memo)
+    checks.clear()
+    decode_datagram_untrusted(data, KEY, memo=memo)
+    assert len(checks) == 1
