@@ -158,7 +158,7 @@ class GroupStack:
 
     def __init__(self, name: str, order: Order, me: int, members: Iterable[int], params: TransportParams,
                  rng: random.Random, now: float, from_start: bool = True, *, view_timeout: float = 1.0,
-                 optimistic: bool = True, first_seq: int = 1) -> None:
+                 optimistic: bool = True, first_seq: int = 1, incarnation: int = 0) -> None:
         self.name = name
         self.tag = group_tag(name)
         self.order = order
@@ -169,7 +169,8 @@ class GroupStack:
             raise UsageError(f"group {name!r}: {len(initial)} members given, Config.max_members is "
                              f"{params.max_members}; raise it or join with fewer")
         self.agreement = ViewAgreement(me, initial, view_timeout, now, self.tag, epoch=1 if len(initial) > 1 else 0,
-                                       max_members=params.max_members, ordered=order is not Order.FIFO)
+                                       max_members=params.max_members, ordered=order is not Order.FIFO,
+                                       incarnation=incarnation)
         self.optimistic = optimistic
         if order is not Order.FIFO:
             # a message must list every ACK gathered before it (its causal past),
@@ -337,11 +338,12 @@ class GroupStack:
         if incarnation is not None and type(msg) is not Beacon:
             self._note_incarnation(src, incarnation)
         if type(msg) is Propose:
-            return self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now, self.delivered_high), now)
+            return self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now, self.delivered_high,
+                                                          incarnation), now)
         if type(msg) is Flush:
             return self.on_agreement(agreement.on_flush(src, msg, now), now)
         if type(msg) is CommitMsg:
-            return self.on_agreement(agreement.on_commit(src, msg), now)
+            return self.on_agreement(agreement.on_commit(src, msg, incarnation), now)
         if type(msg) is InstalledMsg:
             agreement.on_installed(src, msg)
         elif type(msg) is Beacon:

@@ -200,7 +200,7 @@ class Node:
         fresh = members is not None if from_start is None else from_start
         state = GroupStack(group, Order.parse(order), self.id, initial, self._params, self.rng, now, fresh,
                            view_timeout=self.config.view_timeout, optimistic=self.config.optimistic,
-                           first_seq=1 if fresh else (self.incarnation << 32) + 1)
+                           first_seq=1 if fresh else (self.incarnation << 32) + 1, incarnation=self.incarnation)
         self._groups[group] = state
         self._by_tag[state.tag] = state
         out: list[Action] = []

@@ -826,3 +826,31 @@ def test_a_member_left_out_by_a_commit_it_missed_learns_it_from_a_non_coordinato
     assert state.view.members == (4, 5, 6), "a beacon listing us, or from before our view, is no news"
     state.on_control(1, Beacon(state.tag, state.view.epoch + 1, 0, code, (1, 4, 6)), 0.2)
     assert state.view.members == (5,), "left out: alone, to merge back by beacons"
+
+
+def test_views_made_by_another_incarnation_have_other_names() -> None:
+    """A restarted process starts again from epoch 0, so two restarted members
+    that merge again make (epoch, members) of an older view: the maker's
+    incarnation keeps the names apart (randomized total-order machine,
+    explore.py seed 1098036961: (1, 5) at epoch 1, twice). A first start
+    (incarnation 0) and a view given at join keep the plain name."""
+    assert View.of(1, (1, 5)).view_id == View.of(1, (1, 5), 0).view_id
+    assert View.of(1, (1, 5), 7).view_id != View.of(1, (1, 5), 8).view_id != View.of(1, (1, 5)).view_id
+    assert View.of(1, (1, 5), 7).view_id.startswith("v1.2-")
+    first, restarted = ViewAgreement(5, {5}, TIMEOUT, 0.0, TAG), ViewAgreement(5, {5}, TIMEOUT, 0.0, TAG, incarnation=3)
+    assert first.view.view_id != restarted.view.view_id, "a fresh singleton is named by its incarnation"
+    given = [ViewAgreement(m, {1, 2}, TIMEOUT, 0.0, TAG, incarnation=m + 10) for m in (1, 2)]
+    assert given[0].view == given[1].view, "a view given at join is named alike by its members"
+    # the coordinator and a member name the committed view alike, by the coordinator's incarnation
+    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG, incarnation=4)
+    member = ViewAgreement(2, {2}, TIMEOUT, 0.0, TAG, incarnation=9)
+    (propose,) = ctl(coordinator.merge_with({2: 0}, 2, 0.0), MsgType.PROPOSE)
+    coordinator.on_propose(1, body(propose), (0, {}), 0.0)
+    (flush,) = ctl(member.on_propose(1, body(propose), (0, {}), 0.0, incarnation=4), MsgType.FLUSH)
+    flushes = ctl(coordinator.on_flush(2, body(flush), 0.1), MsgType.COMMIT)
+    flushes += ctl(coordinator.on_flush(1, Flush(TAG, body(propose).epoch, 1, 0, 0, (), 0), 0.1), MsgType.COMMIT)
+    (commit,) = flushes
+    (mine,) = coordinator.on_commit(1, body(commit))
+    (theirs,) = member.on_commit(1, body(commit), incarnation=4)
+    assert isinstance(mine, Commit) and isinstance(theirs, Commit)
+    assert mine.view == theirs.view == View.of(body(propose).epoch, (1, 2), 4)

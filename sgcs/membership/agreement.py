@@ -75,8 +75,16 @@ MAX_ATTEMPT = 2**32 - 2
 """At most this many silent members get a repetition each by unicast; more share one multicast."""
 
 
-def view_id_of(epoch: int, members: tuple[int, ...]) -> str:
-    digest = hashlib.blake2b(struct.pack(f"!Q{len(members)}Q", epoch, *members), digest_size=6)
+def view_id_of(epoch: int, members: tuple[int, ...], salt: int = 0) -> str:
+    """A view's name: its epoch, size and a hash of the epoch, the members
+    and ``salt``, the incarnation of the member that made the view (its
+    coordinator; 0 for a first start and for a view given at join). A
+    member's epochs only grow while it runs, but a restarted process starts
+    again from 0: without the salt, two restarted members that merge again
+    would name a new view like an old one (randomized total-order machine,
+    explore.py seed 1098036961: (1, 5) at epoch 1, twice)."""
+    packed = struct.pack(f"!Q{len(members)}Q", epoch, *members) + (struct.pack("!Q", salt) if salt else b"")
+    digest = hashlib.blake2b(packed, digest_size=6)
     return f"v{epoch}.{len(members)}-{digest.hexdigest()}"
 
 
@@ -88,9 +96,10 @@ class View:
     member_set: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, epoch: int, members: Iterable[int]) -> "View":
+    def of(cls, epoch: int, members: Iterable[int], salt: int = 0) -> "View":
+        """``salt``: the incarnation of the member that made the view (see ``view_id_of``)."""
         roster = roster_of(members)  # shared with every other holder of this membership
-        return cls(epoch, roster.members, roster.view_id(epoch, view_id_of), roster.member_set)
+        return cls(epoch, roster.members, roster.view_id(epoch, view_id_of, salt), roster.member_set)
 
     def __contains__(self, member: object) -> bool:
         return member in self.member_set
@@ -193,6 +202,11 @@ class _Proposal:
     attempt: int
     coordinator: int
     members: tuple[int, ...]
+    incarnation: int = 0
+    """The coordinator's: it salts the view's name (``view_id_of``)."""
+
+    def view(self) -> View:
+        return View.of(self.epoch, self.members, self.incarnation)
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -214,8 +228,10 @@ class ViewAgreement:
     """The view of one group on one member, and the changes that move it."""
 
     def __init__(self, me: int, members: Iterable[int], view_timeout: float, now: float, tag: int = 0,
-                 epoch: int = 1, max_members: int = 4_096, ordered: bool = False) -> None:
+                 epoch: int = 1, max_members: int = 4_096, ordered: bool = False, incarnation: int = 0) -> None:
         self.me = me
+        self.incarnation = incarnation
+        """Ours: it salts the names of the views we make (``view_id_of``)."""
         self.ordered = ordered
         """Total, safe or causal order: the cut leaves a lagging member's
         messages to the next view (``_holds_for``)."""
@@ -223,7 +239,9 @@ class ViewAgreement:
         self.refused_joiners = 0
         self.tag = tag
         self.view_timeout = view_timeout
-        self.view = View.of(epoch, roster_of(members).with_member(me))
+        initial = roster_of(members).with_member(me)
+        # a view given at join is named alike by all its members; a singleton is ours
+        self.view = View.of(epoch, initial, incarnation if len(initial) == 1 else 0)
         self.previous: View | None = None
         """The view installed before ``view``."""
         self.came_from: dict[int, int | None] = {}
@@ -277,7 +295,7 @@ class ViewAgreement:
         return keep | set(self.joiners) | {self.me}
 
     def optimistic_view(self) -> View | None:
-        return None if self.accepted is None else View.of(self.accepted.epoch, self.accepted.members)
+        return None if self.accepted is None else self.accepted.view()
 
     # ------------------------------------------------------------------ triggers
 
@@ -396,7 +414,7 @@ class ViewAgreement:
         attempt = 1
         if self.accepted is not None and self.accepted.epoch >= epoch:
             epoch, attempt = self.accepted.epoch, self.accepted.attempt + 1
-        proposal = _Proposal(epoch, attempt, self.me, members)
+        proposal = _Proposal(epoch, attempt, self.me, members, self.incarnation)
         self.coordination = _Coordination(proposal, deadline=now + self.view_timeout)
         return self._send_proposal(now)
 
@@ -413,12 +431,12 @@ class ViewAgreement:
     # ------------------------------------------------------------------ participant
 
     def on_propose(self, src: int, msg: Propose, snapshot: tuple[int, dict[int, int]], now: float,
-                   delivered: dict[int, int] | None = None) -> list[AgreementOut]:
+                   delivered: dict[int, int] | None = None, incarnation: int | None = None) -> list[AgreementOut]:
         """``delivered``: per sender, the last record we delivered in any
         view, reported in the flush so that the cut covers it: a delivered
-        record is never rolled back."""
+        record is never rolled back. ``incarnation``: the proposer's (None: ours)."""
         members = msg.members
-        proposal = _Proposal(msg.epoch, msg.attempt, src, members)
+        proposal = _Proposal(msg.epoch, msg.attempt, src, members, self._incarnation_of(src, incarnation))
         if self.me not in members or proposal.epoch <= self.view.epoch or proposal.attempt > MAX_ATTEMPT:
             return []
         if self.committing is not None:
@@ -436,7 +454,7 @@ class ViewAgreement:
         if self.accepted is None or proposal.key != self.accepted.key:
             if self.snapshot is None:
                 self.snapshot = snapshot
-                out.append(Freeze(dict(snapshot[1]), View.of(proposal.epoch, members)))
+                out.append(Freeze(dict(snapshot[1]), proposal.view()))
             elif self.accepted is not None:
                 self._note_sent_under(self.accepted.members, snapshot[0])
             if self.coordination is not None and proposal.coordinator != self.me:
@@ -465,7 +483,11 @@ class ViewAgreement:
                             lineage(self.view, self.previous), tuple(sorted(delivered.items()))))
         return CtlSend(coordinator, MsgType.FLUSH, body)
 
-    def on_commit(self, src: int, msg: CommitMsg) -> list[AgreementOut]:
+    def _incarnation_of(self, src: int, incarnation: int | None) -> int:
+        return self.incarnation if incarnation is None or src == self.me else incarnation
+
+    def on_commit(self, src: int, msg: CommitMsg, incarnation: int | None = None) -> list[AgreementOut]:
+        """``incarnation``: the coordinator's (None: ours)."""
         if msg.epoch <= self.view.epoch or self.committing is not None:
             if msg.epoch == self.view.epoch and self.me in self.view and self._is_our_view(msg):
                 return [self._installed_reply(src, msg.epoch, msg.attempt)]  # a repeat of our commit
@@ -475,16 +497,20 @@ class ViewAgreement:
         if self.me not in members:
             if self.me in self.view.members and src in self.view.members \
                     and (self.accepted is None or self.accepted.key <= key):
-                return [Commit(View.of(msg.epoch, {self.me}), {}, {}, src, msg.attempt)]  # we were left out
+                return [Commit(self._alone(msg.epoch), {}, {}, src, msg.attempt)]  # we were left out
             return []
         if self.accepted is None or self.accepted.key != key:
             # Not the proposal we answered last: we moved on to a higher one
             # (whose coordinator counts on us), or never answered this one.
             # Installing it would list us in two views of one epoch.
             return []
-        self.committing = Commit(View.of(msg.epoch, members), dict(msg.cut), dict(msg.rollback), src,
+        self.committing = Commit(View.of(msg.epoch, members, self._incarnation_of(src, incarnation)),
+                                 dict(msg.cut), dict(msg.rollback), src,
                                  msg.attempt, {m: d for m, d in msg.origins if d}, dict(msg.foreign))
         return [self.committing]
+
+    def _alone(self, epoch: int) -> View:
+        return View.of(epoch, (self.me,), self.incarnation)
 
     def _is_our_view(self, commit: CommitMsg) -> bool:
         return tuple(sorted(commit.members)) == self.view.members
@@ -492,7 +518,7 @@ class ViewAgreement:
     def left_out(self, coordinator: int, epoch: int) -> list[AgreementOut]:
         """Our coordinator's beacon shows a later view without us: we missed
         the commit that excluded us. Install a singleton; beacons merge us back."""
-        self.committing = Commit(View.of(epoch, {self.me}), {}, {}, coordinator, 0)
+        self.committing = Commit(self._alone(epoch), {}, {}, coordinator, 0)
         return [self.committing]
 
     def lags(self, member: int, commit: Commit) -> bool:
@@ -503,7 +529,7 @@ class ViewAgreement:
 
     def give_up(self, commit: Commit) -> list[AgreementOut]:
         """The committed cut cannot be completed here: leave the change alone."""
-        self.committing = Commit(View.of(commit.view.epoch, {self.me}), {}, {}, commit.coordinator, 0)
+        self.committing = Commit(self._alone(commit.view.epoch), {}, {}, commit.coordinator, 0)
         return [self.committing]
 
     def installed(self, commit: Commit, now: float) -> list[AgreementOut]:

@@ -38,13 +38,13 @@ class Roster:
     ids: np.ndarray
     tag: int
     """A 32-bit hash of the list: gossip about positions is only merged between equal rosters."""
-    _view_ids: dict[int, str] = field(default_factory=dict)
+    _view_ids: dict[tuple[int, int], str] = field(default_factory=dict)
 
-    def view_id(self, epoch: int, name: Callable[[int, tuple[int, ...]], str]) -> str:
-        """``name(epoch, members)``, memoised: every holder of a view names it."""
-        view_id = self._view_ids.get(epoch)
+    def view_id(self, epoch: int, name: Callable[[int, tuple[int, ...], int], str], salt: int = 0) -> str:
+        """``name(epoch, members, salt)``, memoised: every holder of a view names it."""
+        view_id = self._view_ids.get((epoch, salt))
         if view_id is None:
-            view_id = self._view_ids[epoch] = name(epoch, self.members)
+            view_id = self._view_ids[(epoch, salt)] = name(epoch, self.members, salt)
         return view_id
 
     def __len__(self) -> int:
