@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _compiled
+
+_compiled.install()  # before any compiled module is imported: compiled or sources, all or nothing
+
 from .config import Config, Order
 from .errors import DecodeError, SgcsError, UsageError, WouldBlock
 

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__
+from . import __version__, _compiled
 from .bench_member import STAMP, MemberSpec
 from .config import MIN_DATAGRAM, MAX_UDP_PAYLOAD, Config, Order
 from .errors import SgcsError, UsageError
@@ -167,6 +167,7 @@ class BenchReport:
                   for key in ("retransmissions", "nacks_sent", "duplicates", "gossip_pushes", "dropped")}
         return {
             "sgcs_version": __version__,
+            "hot_path": _compiled.describe(),
             "members": o.members, "messages": o.messages, "size": o.size, "order": o.order,
             "rate_offered": o.rate, "max_datagram": o.max_datagram, "encrypt": o.encrypt,
             "settings": dict(o.settings),

@@ -21,7 +21,7 @@ import argparse
 import sys
 from typing import Callable, NoReturn, Sequence
 
-from . import __version__
+from . import __version__, _compiled
 from .errors import UsageError
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE = 0, 1, 2
@@ -237,7 +237,7 @@ _HELP = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sgcs", description="Scalable group communication: tools.")
-    parser.add_argument("--version", action="version", version=f"sgcs {__version__}")
+    parser.add_argument("--version", action="version", version=f"sgcs {__version__}, {_compiled.describe()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     for name, add_arguments, run in COMMANDS:

@@ -233,14 +233,14 @@ class Node:
         later, or None while the window is full (wait for the node to progress)."""
         return self._group(group).ready_at(now)
 
-    def multicast(self, group: str, payload: bytes, now: float) -> list[Action]:
-        """Send ``payload`` to every member of ``group``, this node included.
-        Raises ``WouldBlock`` while the flow-control window is full."""
+    def multicast(self, group: str, payload: object, now: float) -> list[Action]:
+        """Send ``payload`` (bytes-like) to every member of ``group``, this node
+        included. Raises ``WouldBlock`` while the flow-control window is full."""
         state = self._group(group)
-        self._check_payload(payload)
+        payload = self._check_payload(payload)
         if state.ready_at(now) is None:
             raise WouldBlock(f"group {group!r}: {state.window()} messages await stability (window_max)")
-        seq, outputs, optimistic = state.send(bytes(payload), now)
+        seq, outputs, optimistic = state.send(payload, now)
         out: list[Action] = []
         self._counts["sent"] += 1
         if len(self._groups) == 1:
@@ -250,24 +250,24 @@ class Node:
                         view_id=(optimistic or state.view).view_id, optimistic=optimistic is not None,
                         size=len(payload))
         state.queue(outputs, now)  # flushed by handle_timeout, with whatever else is sent meanwhile
-        for message in state.accept_own(seq, outputs, bytes(payload)):
+        for message in state.accept_own(seq, outputs, payload):
             self._deliver(out, state, message, None)
         self._drain(out, state, now)
         if state.outbox_full():
             self._flush(out, state, now)
         return out
 
-    def unicast(self, group: str, member: int, payload: bytes, now: float) -> list[Action]:
-        """Send ``payload`` reliably to one member of ``group``."""
+    def unicast(self, group: str, member: int, payload: object, now: float) -> list[Action]:
+        """Send ``payload`` (bytes-like) reliably to one member of ``group``."""
         state = self._group(group)
         if member not in state.view or member == self.id:
             raise UsageError(f"{member} is not another member of group {group!r}; see group.view")
         if self._address_of(member) is None:
             raise UsageError(f"no address known yet for member {member}; wait until it has been heard from")
-        self._check_payload(payload)
+        payload = self._check_payload(payload)
         if state.unicast_blocked(member):
             raise WouldBlock(f"group {group!r}: member {member} has not acknowledged {self.config.window_max} unicasts")
-        seq, send = state.send_unicast(member, bytes(payload), now)
+        seq, send = state.send_unicast(member, payload, now)
         out: list[Action] = []
         self._counts["sent"] += 1
         self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
@@ -564,7 +564,9 @@ class Node:
             address = self._resolve(member)
         return address
 
-    def _check_payload(self, payload: bytes) -> None:
+    def _check_payload(self, payload: object) -> bytes:
+        """The payload as bytes, or a one-line ``UsageError``. Typed ``object``:
+        compiled (mypyc), a ``bytes`` parameter would raise ``TypeError`` first."""
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise UsageError(f"payload must be bytes, got {type(payload).__name__}")
         if len(payload) > self.config.max_message:
@@ -572,6 +574,7 @@ class Node:
                 f"payload of {len(payload)} bytes exceeds Config.max_message={self.config.max_message}; "
                 "raise it or send smaller messages"
             )
+        return bytes(payload)
 
     def _watch(self, now: float) -> None:
         """The detector watches every member of every group we are in.

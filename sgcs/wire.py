@@ -137,7 +137,7 @@ def group_tag(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
 
 
-def seal(key: bytes, msg_type: MsgType, flags: Flag, sender: int, body: bytes, boot: int = 0, counter: int = 0,
+def seal(key: bytes, msg_type: int, flags: int, sender: int, body: bytes, boot: int = 0, counter: int = 0,
          cipher: BodyCipher | None = None) -> bytes:
     """Frame and authenticate one datagram; encrypt its body under ``cipher``.
     Callers keep (boot, counter) unique per sender (``sgcs.security.Sealer``)."""
@@ -148,7 +148,7 @@ def seal(key: bytes, msg_type: MsgType, flags: Flag, sender: int, body: bytes, b
     return signed + hmac.digest(key, signed, "sha256")[:TAG_LEN]
 
 
-def decode_datagram_untrusted(data: bytes, key: bytes, cipher: BodyCipher | None = None,
+def decode_datagram_untrusted(data: bytes | bytearray, key: bytes, cipher: BodyCipher | None = None,
                               memo: VerifiedMemo | None = None) -> tuple[Header, bytes]:
     """Check framing, policy and tag; return the header and the still-untrusted
     (decrypted) body. With ``cipher``, only encrypted datagrams are accepted;
@@ -177,7 +177,7 @@ def decode_datagram_untrusted(data: bytes, key: bytes, cipher: BodyCipher | None
     return Header(msg_type, _FLAG_OF[flag_bits & ~int(Flag.ENCRYPTED) & 0xFF], sender, boot, counter), body
 
 
-def _open_plain(data: bytes, key: bytes, memo: VerifiedMemo | None) -> bytes:
+def _open_plain(data: bytes | bytearray, key: bytes, memo: VerifiedMemo | None) -> bytes:
     signed = memoryview(data)[:-TAG_LEN]  # no copy: only the body is copied, once
     if memo is None or not memo.seen(data, key):
         if not hmac.compare_digest(hmac.digest(key, signed, "sha256")[:TAG_LEN], data[-TAG_LEN:]):
@@ -187,8 +187,8 @@ def _open_plain(data: bytes, key: bytes, memo: VerifiedMemo | None) -> bytes:
     return bytes(signed[HEADER.size:])
 
 
-def _open_encrypted(data: bytes, cipher: BodyCipher, sender: int, boot: int, counter: int) -> bytes:
-    body = cipher.decrypt(sender, boot, counter, data[HEADER.size:], data[:HEADER.size])
+def _open_encrypted(data: bytes | bytearray, cipher: BodyCipher, sender: int, boot: int, counter: int) -> bytes:
+    body = cipher.decrypt(sender, boot, counter, bytes(data[HEADER.size:]), bytes(data[:HEADER.size]))
     if body is None:
         raise DecodeError("mac")
     return body
@@ -211,11 +211,11 @@ class VerifiedMemo:
         self.capacity = capacity
         self._verified: dict[int, tuple[bytes, bytes]] = {}  # id(data) -> (data, key); holding data keeps its id unique
 
-    def seen(self, data: bytes, key: bytes) -> bool:
+    def seen(self, data: bytes | bytearray, key: bytes) -> bool:
         entry = self._verified.get(id(data))
         return entry is not None and entry[0] is data and entry[1] is key
 
-    def remember(self, data: bytes, key: bytes) -> None:
+    def remember(self, data: bytes | bytearray, key: bytes) -> None:
         if type(data) is not bytes:
             return  # mutable buffers may change after the check
         verified = self._verified

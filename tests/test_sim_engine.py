@@ -60,11 +60,19 @@ def test_partition_cuts_both_multicast_and_unicast() -> None:
     assert sorted(network.fan_out(0, np.arange(6, dtype=np.int64))[0]) == [1, 2, 3, 4, 5]
 
 
-class DiscoveringNode(Node):
-    """Joins without the member list, so discovery beacons run on timers."""
+class DiscoveringNode:
+    """A node that joins without the member list, so discovery beacons run on
+    timers. A wrapper, not a subclass: the compiled ``Node`` (mypyc) admits no
+    interpreted subclasses."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._node = Node(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._node, name)
 
     def join(self, group: str, now: float, order: Any = "fifo", members: Any = None) -> list[Any]:
-        return super().join(group, now, order=order, members=None)
+        return self._node.join(group, now, order=order, members=None)
 
 
 BEACONS = """

@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from sortedcontainers import SortedList
 
@@ -60,7 +60,7 @@ class OrderedMessage(NamedTuple):
     last: int
     """Sequence number of its last record (they differ when it was fragmented)."""
     acks: tuple[Ack, ...]
-    payload: object
+    payload: Any
     """What the caller attaches and gets back on delivery (the group stack's ``Message``)."""
 
 

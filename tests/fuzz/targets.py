@@ -320,8 +320,8 @@ def _structured(r: Reader, h: Harness) -> tuple[int, int, int, bytes]:
         else:
             body = wire.encode_records(r.tag(), records)
     elif msg_type is MsgType.NACK:
-        ranges = tuple(sorted((r.int(63), r.int(63))) for _ in range(r.byte() % 4))
-        body = wire.encode_nack(r.tag(), r.member(), ranges, bool(r.byte() & 1))  # type: ignore[arg-type]
+        ranges = tuple((min(a, b), max(a, b)) for a, b in ((r.int(63), r.int(63)) for _ in range(r.byte() % 4)))
+        body = wire.encode_nack(r.tag(), r.member(), ranges, bool(r.byte() & 1))
     elif msg_type is MsgType.DIGEST:
         aggregate = (r.byte() % 64, r.int(32), r.entries()) if r.byte() & 1 else None
         body = wire.encode_digest(r.tag(), r.entries(), aggregate)
