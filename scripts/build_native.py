@@ -14,23 +14,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.machinery
 import os
 import sys
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sgcs import _compiled  # noqa: E402  (after the path: the checkout's sgcs, not an installed one)
+with warnings.catch_warnings():  # "out of date" is why we are here
+    warnings.simplefilter("ignore", RuntimeWarning)
+    from sgcs import _compiled  # noqa: E402  (after the path: the checkout's sgcs, not an installed one)
 
 BUILD_DIR = ROOT / "build" / "native"
 
 
 def extensions() -> list[Path]:
-    found = [e for m in _compiled.NATIVE_MODULES if (e := _compiled.extension_of(m, ROOT)) is not None]
-    found += [ROOT / "sgcs" / (_compiled.SHARED_LIBRARY + s) for s in importlib.machinery.EXTENSION_SUFFIXES]
-    return [p for p in found if p.exists()]
+    modules = (*_compiled.NATIVE_MODULES, "sgcs." + _compiled.SHARED_LIBRARY)
+    return [Path(e) for m in modules if (e := _compiled.extension_of(m, str(ROOT))) is not None]
 
 
 def clean() -> None:
@@ -42,7 +43,7 @@ def build() -> None:
     from mypyc.build import mypycify
     from setuptools import setup
 
-    sources = [str(_compiled.source_of(m, ROOT).relative_to(ROOT)) for m in _compiled.NATIVE_MODULES]
+    sources = [os.path.relpath(_compiled.source_of(m, str(ROOT)), ROOT) for m in _compiled.NATIVE_MODULES]
     setup(
         name="sgcs-native",
         ext_modules=mypycify(sources, group_name="sgcs._native", opt_level="3", target_dir=str(BUILD_DIR)),
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.clean:
         clean()
         return 0
-    mode, _ = _compiled.choose(ROOT, environ={})
+    mode, _ = _compiled.choose(str(ROOT), environ={})
     if mode == "native" and not args.force:
         return 0
     clean()  # a failed build must leave no extension older than its source
@@ -72,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             failed = None
         except (Exception, SystemExit) as exc:  # setuptools reports compiler errors as SystemExit
             failed = exc
-    if failed is not None or _compiled.choose(ROOT, environ={})[0] != "native":
+    if failed is None:
+        # build_ext copies an up-to-date module (a shim that did not change) with
+        # its old mtime; every extension belongs to this build, so date them now
+        for path in extensions():
+            path.touch()
+    if failed is not None or _compiled.choose(str(ROOT), environ={})[0] != "native":
         clean()
         print(f"build_native: mypyc build failed ({failed or 'incomplete'}); see {log}", file=sys.stderr)
         return 1

@@ -28,14 +28,12 @@ source no longer has.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
 NATIVE_MODULES: tuple[str, ...] = (
@@ -55,25 +53,25 @@ SHARED_LIBRARY = "_native__mypyc"
 PURE_ENV = "SGCS_PURE_PYTHON"
 """Set (to anything but empty or 0) to run the sources even when compiled modules exist."""
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-"""The directory that holds the ``sgcs`` package."""
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The directory that holds the ``sgcs`` package. (os.path, not pathlib: this
+module runs at every ``import sgcs``, and start-up time is measured.)"""
 
 
-def source_of(module: str, root: Path = PACKAGE_ROOT) -> Path:
-    return root.joinpath(*module.split(".")).with_suffix(".py")
+def source_of(module: str, root: str = PACKAGE_ROOT) -> str:
+    return os.path.join(root, *module.split(".")) + ".py"
 
 
-def extension_of(module: str, root: Path = PACKAGE_ROOT) -> Path | None:
+def extension_of(module: str, root: str = PACKAGE_ROOT) -> str | None:
     """The compiled module beside the source, if any."""
-    source = source_of(module, root)
+    stem = os.path.join(root, *module.split("."))
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        candidate = source.with_suffix(suffix)
-        if candidate.exists():
-            return candidate
+        if os.path.exists(stem + suffix):
+            return stem + suffix
     return None
 
 
-def choose(root: Path = PACKAGE_ROOT, modules: Sequence[str] = NATIVE_MODULES,
+def choose(root: str = PACKAGE_ROOT, modules: Sequence[str] = NATIVE_MODULES,
            environ: dict[str, str] | os._Environ[str] = os.environ) -> tuple[str, str]:
     """("native" | "pure" | "stale", why): see the module docstring."""
     if environ.get(PURE_ENV, "") not in ("", "0"):
@@ -82,18 +80,18 @@ def choose(root: Path = PACKAGE_ROOT, modules: Sequence[str] = NATIVE_MODULES,
         extension = extension_of(module, root)
         if extension is None:
             return "pure", "not compiled (scripts/build_native.py)"
-        if source_of(module, root).stat().st_mtime > extension.stat().st_mtime:
-            return "stale", f"{source_of(module, root).name} changed after it was compiled"
-    if not any((root / "sgcs" / (SHARED_LIBRARY + suffix)).exists()
-               for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+        if os.path.getmtime(source_of(module, root)) > os.path.getmtime(extension):
+            return "stale", f"{os.path.basename(source_of(module, root))} changed after it was compiled"
+    if extension_of("sgcs." + SHARED_LIBRARY, root) is None:
         return "pure", f"the shared library {SHARED_LIBRARY} is missing"
     return "native", "compiled by mypyc"
 
 
-class _SourceFinder(importlib.abc.MetaPathFinder):
-    """Loads the listed modules from their sources, never their extensions."""
+class _SourceFinder:
+    """Loads the listed modules from their sources, never their extensions
+    (a meta path finder: ``find_spec`` is all ``sys.meta_path`` asks)."""
 
-    def __init__(self, modules: Sequence[str], root: Path) -> None:
+    def __init__(self, modules: Sequence[str], root: str) -> None:
         self.modules = frozenset(modules)
         self.root = root
 

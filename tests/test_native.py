@@ -18,7 +18,7 @@ MODULES = ("pkg.a", "pkg.sub.b")
 
 def _tree(root: Path, compiled: bool = True, shared: bool = True) -> None:
     for module in MODULES:
-        source = _compiled.source_of(module, root)
+        source = Path(_compiled.source_of(module, str(root)))
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text("x = 1\n")
         os.utime(source, (1_000, 1_000))
@@ -32,33 +32,33 @@ def _tree(root: Path, compiled: bool = True, shared: bool = True) -> None:
 
 def test_every_module_built_and_newer_than_its_source_is_native(tmp_path: Path) -> None:
     _tree(tmp_path)
-    assert _compiled.choose(tmp_path, MODULES, {})[0] == "native"
+    assert _compiled.choose(str(tmp_path), MODULES, {})[0] == "native"
 
 
 def test_a_source_edited_after_the_build_makes_the_whole_set_stale(tmp_path: Path) -> None:
     _tree(tmp_path)
-    os.utime(_compiled.source_of("pkg.sub.b", tmp_path), (3_000, 3_000))
-    mode, why = _compiled.choose(tmp_path, MODULES, {})
+    os.utime(_compiled.source_of("pkg.sub.b", str(tmp_path)), (3_000, 3_000))
+    mode, why = _compiled.choose(str(tmp_path), MODULES, {})
     assert mode == "stale" and "b.py" in why
 
 
 def test_nothing_built_or_no_shared_library_or_asked_for_is_pure(tmp_path: Path) -> None:
     _tree(tmp_path, compiled=False)
-    assert _compiled.choose(tmp_path, MODULES, {})[0] == "pure"
+    assert _compiled.choose(str(tmp_path), MODULES, {})[0] == "pure"
     _tree(tmp_path, shared=False)
     for path in (tmp_path / "sgcs").glob("*"):
         path.unlink()
-    assert _compiled.choose(tmp_path, MODULES, {})[0] == "pure"
+    assert _compiled.choose(str(tmp_path), MODULES, {})[0] == "pure"
     _tree(tmp_path)
-    assert _compiled.choose(tmp_path, MODULES, {_compiled.PURE_ENV: "1"})[0] == "pure"
-    assert _compiled.choose(tmp_path, MODULES, {_compiled.PURE_ENV: "0"})[0] == "native"
+    assert _compiled.choose(str(tmp_path), MODULES, {_compiled.PURE_ENV: "1"})[0] == "pure"
+    assert _compiled.choose(str(tmp_path), MODULES, {_compiled.PURE_ENV: "0"})[0] == "native"
 
 
 def test_the_source_finder_loads_a_listed_module_from_its_source(tmp_path: Path) -> None:
     _tree(tmp_path)
-    finder = _compiled._SourceFinder(MODULES, tmp_path)
+    finder = _compiled._SourceFinder(MODULES, str(tmp_path))
     spec = finder.find_spec("pkg.sub.b", None)
-    assert spec is not None and spec.origin == str(_compiled.source_of("pkg.sub.b", tmp_path))
+    assert spec is not None and spec.origin == _compiled.source_of("pkg.sub.b", str(tmp_path))
     assert finder.find_spec("pkg.other", None) is None
 
 
