@@ -649,7 +649,7 @@ class GroupStack:
         acks = records[0].acks if records else ()
         proposal = self.agreement.optimistic_view() if self.limits is not None else None
         tag = proposal.epoch % 64 if proposal is not None else 0
-        message = Message(self.me, seq, acks, payload, self.own_last, proposal is not None, tag)
+        message = tuple.__new__(Message, (self.me, seq, acks, payload, self.own_last, proposal is not None, tag))
         if self.ordering is None:
             return self.accept([message])
         # Ordered groups: into the order now, but what became deliverable is
@@ -658,7 +658,7 @@ class GroupStack:
         passed = self._pass_gate([message]) if self.limits is not None or self.held_senders or message.optimistic \
             else [message]
         for own in passed:
-            self.ordering.add(OrderedMessage(own.sender, own.seq, own.last or own.seq, own.acks, own))
+            self.ordering.add(tuple.__new__(OrderedMessage, (own.sender, own.seq, own.last or own.seq, own.acks, own)))
         self._order_due = True
         return []
 
@@ -732,7 +732,8 @@ class GroupStack:
             return []
         add = self.ordering.add
         for message in messages:
-            add(OrderedMessage(message.sender, message.seq, message.last or message.seq, message.acks, message))
+            add(tuple.__new__(OrderedMessage,
+                              (message.sender, message.seq, message.last or message.seq, message.acks, message)))
         return self._deliverable()
 
     def _deliverable(self) -> list[Message]:

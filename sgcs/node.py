@@ -671,7 +671,7 @@ class Node:
         if dest is None:  # a sender's multicasts are delivered in order: the last is the highest
             state.note_delivered(message.sender, message.last or message.seq)
         view_id = view_id or state.view.view_id
-        out.append(Deliver(message.sender, message.seq, message.payload, view_id, state.name, dest))
+        out.append(tuple.__new__(Deliver, (message.sender, message.seq, message.payload, view_id, state.name, dest)))
         if self.trace:
             self._trace(out, "deliver", group=state.name, sender=message.sender, seq=message.seq,
                         order=state.order.value, view_id=view_id, optimistic=False, size=len(message.payload),

@@ -359,7 +359,7 @@ def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
             if end != ack_len:
                 raise DecodeError("length", "ack list")
         pos += ack_len
-        records.append(Record(sender, seq, acks, flags, bytes(body[pos : pos + length])))
+        records.append(tuple.__new__(Record, (sender, seq, acks, flags, bytes(body[pos : pos + length]))))
         pos += length
     if pos != size:
         raise DecodeError("length", "trailing bytes")

@@ -31,7 +31,11 @@ EPOCH_SHIFT = 2
 class Record(NamedTuple):
     """One record as sent and received. Records and messages are made once per
     message on the hot path, so they are named tuples: immutable like a frozen
-    dataclass, and built in a third of the time (0.3 against 0.75 us)."""
+    dataclass, and built in a third of the time (0.3 against 0.75 us). The hot
+    paths build them with ``tuple.__new__(Record, (...))``: calling the class
+    runs the named tuple's ``__new__`` (and ``_make`` a classmethod), Python
+    functions that even compiled code (mypyc) must enter; ``tuple.__new__`` is
+    C (about 9 % of a compiled member's CPU went to those frames)."""
 
     sender: int
     seq: int

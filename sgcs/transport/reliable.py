@@ -308,7 +308,7 @@ class ReliableStream:
             flags = MORE_FRAGMENTS if i < len(pieces) - 1 else 0
             if optimistic_epoch is not None:
                 flags |= OPTIMISTIC | (optimistic_epoch % 64) << EPOCH_SHIFT
-            records.append(Record(self.me, self._next_seq, acks, flags, bytes(piece)))
+            records.append(tuple.__new__(Record, (self.me, self._next_seq, acks, flags, bytes(piece))))
             self._next_seq += 1
         for record in records:
             self._buffer(record)
@@ -378,14 +378,14 @@ class ReliableStream:
             if self._acked is None and not self.params.ack_nulls:
                 # a large FIFO group's piggybacked ACKs are hints, read now: buffering
                 # them at every member costs memory at scale (small views keep them)
-                record = Record(sender, seq, (), record.flags, record.payload)
+                record = tuple.__new__(Record, (sender, seq, (), record.flags, record.payload))
         flags = record.flags
         if seq == contig + 1 and not inbound.pending and inbound.reassembly is None and not flags & MORE_FRAGMENTS:
             # the common case, in order and whole: deliver without the pending table
             inbound.contig = seq
             self._buffer(record)
-            delivered.append(Message(sender, seq, record.acks, record.payload, 0, bool(flags & OPTIMISTIC),
-                                     flags >> EPOCH_SHIFT))
+            delivered.append(tuple.__new__(Message, (sender, seq, record.acks, record.payload, 0,
+                                                     bool(flags & OPTIMISTIC), flags >> EPOCH_SHIFT)))
             return inbound
         inbound.pending[seq] = record
         self._buffer(record)
@@ -777,6 +777,6 @@ def _reassemble(fragments: list[Record] | tuple[Record, ...]) -> Message:
     first = fragments[0]
     optimistic, tag = bool(first.flags & OPTIMISTIC), first.flags >> EPOCH_SHIFT
     if len(fragments) == 1:
-        return Message(first.sender, first.seq, first.acks, first.payload, 0, optimistic, tag)
+        return tuple.__new__(Message, (first.sender, first.seq, first.acks, first.payload, 0, optimistic, tag))
     payload = b"".join(r.payload for r in fragments)
     return Message(first.sender, first.seq, first.acks, payload, fragments[-1].seq, optimistic, tag)
