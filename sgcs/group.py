@@ -200,6 +200,9 @@ class GroupStack:
         we may report as deliverable in the old view."""
         self.void: dict[int, tuple[int, int]] = {}
         """Per sender, the range (low, high] of its records rolled back by the last view change."""
+        self.withdrawn: dict[int, tuple[int, int]] = {}
+        """Per sender, the range (low, high] of its records the last view change
+        withdrew: neither delivered nor rolled back (``Commit.withdrawn``)."""
         self.discarded = 0
         self.abandoned: Commit | None = None
         """A committed view we gave up completing: members that installed it
@@ -468,15 +471,13 @@ class GroupStack:
             if member not in new:
                 self.unicast.forget(member)
         leavers = frozenset(self.agreement.leaving)
-        # our own take-over's commit rolls back what we sent under the proposal
-        # we waited for, whose coordinator may have committed it without us
-        fate_unknown = self.agreement.took_over and commit.coordinator == self.me
         frames = self.agreement.installed(commit, now)
         # the new view's order starts after the cut and after what was rolled back
         self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0)) for m in new})
         self._happen(Installed(old, commit.view, leavers), old.view_id)
         self.limits, self.committing = None, None
         self.void = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.rollback.items() if s in new}
+        self.withdrawn = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.withdrawn.items() if s in new}
         held, self.held = self.held, []
         self.held_senders, self.first_optimistic = set(), {}
         left_out = new == (self.me,) and len(old.members) > 1
@@ -504,11 +505,11 @@ class GroupStack:
                 else:
                     self._happen(RolledBack(message))  # sent under a view we are not in
                 continue
+            if self._withdrawn(message):
+                self._drop_withdrawn(message)
+                continue
             if self._rolled_back(message):
-                if fate_unknown and message.sender == self.me:
-                    self.fate_unknown += 1  # its members may have delivered it (seed 567377617, 100 examples)
-                else:
-                    self._happen(RolledBack(message))
+                self._happen(RolledBack(message))
                 continue
             kept.append(message)
         self._release(self._order(self._pass_gate(kept)))  # a later change's messages stay held
@@ -541,6 +542,19 @@ class GroupStack:
     def _rolled_back(self, message: Message) -> bool:
         low, high = self.void.get(message.sender, (0, 0))
         return low < message.seq <= high
+
+    def _withdrawn(self, message: Message) -> bool:
+        low, high = self.withdrawn.get(message.sender, (0, 0))
+        return low < message.seq <= high
+
+    def _drop_withdrawn(self, message: Message) -> None:
+        """Sent under a proposal that another view may have installed (and
+        delivered it in): not ours to deliver, nor to call rolled back. Its
+        sender counts it as of unknown fate."""
+        if message.sender == self.me:
+            self.fate_unknown += 1
+        else:
+            self.discarded += 1
 
     def _drain_old_view(self, left_out: bool = False) -> None:
         """Deliver everything up to the cut in the old view; ordered groups
@@ -669,7 +683,7 @@ class GroupStack:
     def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
         """Messages from the transport, in FIFO order per sender; returns those
         that may be delivered now, in delivery order."""
-        if self.void:
+        if self.void or self.withdrawn:
             messages = self._drop_void(messages)
         if self.limits is not None or self.held_senders or any(m.optimistic for m in messages):
             messages = self._pass_gate(messages)
@@ -682,11 +696,13 @@ class GroupStack:
         return released
 
     def _drop_void(self, messages: list[Message]) -> list[Message]:
-        """Rolled-back messages that reach us only after the install (we joined
+        """Rolled-back (or withdrawn) messages that reach us only after the install (we joined
         in that view and fetch the sender's stream from the cut)."""
         kept = []
         for message in messages:
-            if self._rolled_back(message):
+            if self._withdrawn(message):
+                self._drop_withdrawn(message)
+            elif self._rolled_back(message):
                 self._happen(RolledBack(message))
             else:
                 kept.append(message)

@@ -42,7 +42,7 @@ from .errors import DecodeError
 from .transport.records import Record
 
 MAGIC = b"SG"
-VERSION = 2
+VERSION = 3
 HEADER = struct.Struct("!2sBBBQQQ")
 TAG_LEN = 16
 OVERHEAD = HEADER.size + TAG_LEN
@@ -456,7 +456,7 @@ def decode_unicast_untrusted(body: bytes) -> "tuple[int, int, tuple[Record, ...]
 MAX_HEARTBEAT_ENTRIES = 6_000
 """Members per heartbeat datagram (10 bytes each, within one UDP payload);
 longer lists are sent in several datagrams."""
-MAX_ENTRY_LISTS = 4
+MAX_ENTRY_LISTS = 5
 _HEARTBEAT_DTYPE = np.dtype([("member", ">u8"), ("counter", ">u2")])
 _COUNT = struct.Struct("!I")
 _CONTROL = struct.Struct("!QQIQQB")

@@ -39,6 +39,12 @@ GOLDEN: list[tuple[ControlMessage, str]] = [
      "11223344556677880000000000000003000000020000000000000001000000000000000003030100010003000201040107010209"),
     (CommitMsg(TAG, 3, 2, 1, ((1, 0), (2, 0), (5, 0)), ((1, 4), (2, 7)), ((2, 9),), ((5, 3),)),
      "11223344556677880000000000000003000000020000000000000001000000000000000004030100010003000201040107010209010503"),
+    # withdraw: a second pair (1, 1) in the lineage list
+    (Flush(TAG, 3, 2, 7, 9, ((1, 4), (2, 0)), 3074457344186602837, (), True),
+     "1122334455667788000000000000000300000002000000000000000700000000000000090202010401000200d5aad5aaa5d5aad52a0101"),
+    # withdrawn ranges: a fifth list, after an empty rollback and an empty foreign list
+    (CommitMsg(TAG, 3, 2, 1, ((1, 0), (2, 0), (5, 0)), ((1, 4), (2, 7)), (), (), ((2, 9),)),
+     "112233445566778800000000000000030000000200000000000000010000000000000000050301000100030002010401070000010209"),
     (InstalledMsg(TAG, 3, 2), "11223344556677880000000000000003000000020000000000000000000000000000000000"),
     (Beacon(TAG, 3, 4, 2, (1, 2, 5)),
      "1122334455667788000000000000000300000000000000000000000400000000000000020103010001000300"),
@@ -50,7 +56,7 @@ GOLDEN: list[tuple[ControlMessage, str]] = [
 
 
 def test_every_control_type_has_a_golden_vector() -> None:
-    assert {type(m) for m, _ in GOLDEN} == set(MESSAGES.values())  # Flush twice: without and with deliveries
+    assert {type(m) for m, _ in GOLDEN} == set(MESSAGES.values())  # Flush and Commit more than once: optional lists
     assert set(MESSAGES) == {MsgType.PROPOSE, MsgType.FLUSH, MsgType.COMMIT, MsgType.INSTALLED, MsgType.BEACON,
                              MsgType.PROBE, MsgType.PROBE_ACK, MsgType.ASK, MsgType.ASK_REPLY}
 
@@ -96,8 +102,9 @@ epochs = st.integers(0, 2**62)
 attempts = st.integers(0, 2**32 - 1)
 MESSAGES_ST = st.one_of(
     st.builds(Propose, ids, epochs, attempts, ids, members),
-    st.builds(Flush, ids, epochs, attempts, ids, ids, pairs, ids, pairs),
-    st.builds(CommitMsg, ids, epochs, attempts, ids, members.map(lambda ms: tuple((m, 0) for m in ms)), pairs, pairs),
+    st.builds(Flush, ids, epochs, attempts, ids, ids, pairs, ids, pairs, st.booleans()),
+    st.builds(CommitMsg, ids, epochs, attempts, ids, members.map(lambda ms: tuple((m, 0) for m in ms)), pairs, pairs,
+              pairs, pairs),
     st.builds(InstalledMsg, ids, epochs, attempts),
     st.builds(Beacon, ids, epochs, ids, ids, members),
     st.builds(Probe, ids), st.builds(ProbeAck, ids), st.builds(Ask, ids, ids), st.builds(AskReply, ids, ids),

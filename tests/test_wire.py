@@ -15,6 +15,7 @@ from sgcs.errors import DecodeError
 from sgcs.transport.records import Record
 from sgcs.wire import (
     OVERHEAD,
+    VERSION,
     Flag,
     HelloMsg,
     LeaveMsg,
@@ -53,7 +54,7 @@ GOLDEN = [
     pytest.param(
         lambda: seal(KEY, MsgType.DATA, Flag.NONE, 7,
                      encode_records(group_tag("g"), [Record(7, 1, ((2, 5), (300, 1)), 0, b"hi")])),
-        "5347" "02" "01" "00" "0000000000000007" "0000000000000000" "0000000000000000",
+        "5347" "03" "01" "00" "0000000000000007" "0000000000000000" "0000000000000000",
         # tag, 1 record: sender 7, seq 1, flags 0, 2 payload bytes, 6 ack bytes
         # (count 2; sender 2, high 5; sender delta 298 = 2*128+42 = varint aa02, high 1), payload
         TAG_G + "0001" "0000000000000007" "0000000000000001" "00" "00000002" "0006" "02" "0205" "aa0201" "6869",
@@ -62,32 +63,32 @@ GOLDEN = [
     pytest.param(
         lambda: seal(KEY, MsgType.DATA, Flag.UNICAST, 7,
                      encode_unicast(9, group_tag("g"), [Record(7, 3, (), 1, b"")])),
-        "5347" "02" "01" "01" "0000000000000007" "0000000000000000" "0000000000000000",
+        "5347" "03" "01" "01" "0000000000000007" "0000000000000000" "0000000000000000",
         "0000000000000009" + TAG_G + "0001" "0000000000000007" "0000000000000003" "01" "00000000" "0001" "00",
         id="data-unicast",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.NACK, Flag.NONE, 1, encode_nack(group_tag("g"), 7, ((3, 4), (9, 9)), True),
                      boot=(3 << 32) | 0xABCDEF01, counter=258),
-        "5347" "02" "06" "00" "0000000000000001" "00000003abcdef01" "0000000000000102",
+        "5347" "03" "06" "00" "0000000000000001" "00000003abcdef01" "0000000000000102",
         TAG_G + "0000000000000007" "01" "02" "0000000000000003" "0000000000000004" "0000000000000009" "0000000000000009",
         id="nack",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.DIGEST, Flag.NONE, 1, encode_entries(group_tag("g"), ((4, 130),))),
-        "5347" "02" "07" "00" "0000000000000001" "0000000000000000" "0000000000000000",
+        "5347" "03" "07" "00" "0000000000000001" "0000000000000000" "0000000000000000",
         TAG_G + "01" "04" "8201",
         id="digest",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.HELLO, Flag.NONE, 2**63 - 1, encode_hello(HelloMsg(group_tag("chat"), Order.TOTAL, True))),
-        "5347" "02" "02" "00" "7fffffffffffffff" "0000000000000000" "0000000000000000",
+        "5347" "03" "02" "00" "7fffffffffffffff" "0000000000000000" "0000000000000000",
         "f4b9072f0eaeb42c" "02" "01",
         id="hello",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.LEAVE, Flag.NONE, 0, encode_leave(LeaveMsg(group_tag("chat")))),
-        "5347" "02" "03" "00" "0000000000000000" "0000000000000000" "0000000000000000",
+        "5347" "03" "03" "00" "0000000000000000" "0000000000000000" "0000000000000000",
         "f4b9072f0eaeb42c",
         id="leave",
     ),
@@ -210,7 +211,7 @@ def test_counts_are_capped_before_allocation() -> None:
 def test_unknown_type_with_valid_mac_is_rejected() -> None:
     import struct
 
-    signed = struct.pack("!2sBBBQQQ", b"SG", 2, 250, 0, 5, 0, 1)
+    signed = struct.pack("!2sBBBQQQ", b"SG", VERSION, 250, 0, 5, 0, 1)
     datagram = signed + hmac.new(KEY, signed, hashlib.sha256).digest()[:16]
     with pytest.raises(DecodeError) as info:
         decode_datagram_untrusted(datagram, KEY)

@@ -26,7 +26,14 @@ numbered by an epoch; a view's id names its epoch and its members.
   every proposed member answered, the coordinator multicasts COMMIT: the
   members, the *cut* (per sender, the highest snapshot anyone reported: every
   message up to it is held by some survivor, so it can be completed) and the
-  rollback bounds.
+  rollback bounds. A rollback is a promise that the message is delivered
+  nowhere, which only the coordinator of the superseded proposal can make
+  (it moved to a later attempt of the same epoch before committing). A
+  proposal made by another coordinator, another incarnation or in another
+  epoch may have been committed and installed by some of its members, who
+  deliver what was sent under it; such messages are *withdrawn* instead:
+  this view neither delivers them nor reports them rolled back, and their
+  sender counts them as of unknown fate.
 * **Install.** A member acts only on the COMMIT of the proposal it accepted
   last; the commit of a proposal it gave up for a higher one is ignored, so
   no member installs two views of one epoch, and a concurrent coordinator's
@@ -141,6 +148,12 @@ class Commit:
     the sender's records up to here in it, fetching what they lack, and drop
     the rest: one of them delivered these in the view's ordinary order, so
     all must (randomized total-order machine, seed 567377617: invariant 5)."""
+    withdrawn: dict[int, int] = field(default_factory=dict)
+    """Per member, the top of its records (above the cut) sent under a
+    superseded proposal whose fate it cannot know: another coordinator (or
+    another of its incarnations or epochs) may have committed that proposal,
+    and the members that installed it may have delivered them there. Members
+    of this view neither deliver them nor report them rolled back."""
 
     def shares(self, member: int, view: View) -> bool:
         """``member`` comes to this commit from ``view`` (or moved on from it,
@@ -209,15 +222,26 @@ class _Proposal:
         return View.of(self.epoch, self.members, self.incarnation)
 
     @property
-    def key(self) -> tuple[int, int, int]:
-        return self.epoch, self.attempt, -self.coordinator
+    def key(self) -> tuple[int, int, int, int]:
+        # The incarnation tells a restarted coordinator's proposal from its
+        # former self's of the same epoch and attempt (randomized FIFO
+        # machine, seed 3796585111: a member flushed both as one proposal
+        # and delivered what it sent under the dead one's in the new one's view).
+        return self.epoch, self.attempt, -self.coordinator, self.incarnation
+
+    @property
+    def origin(self) -> tuple[int, int, int]:
+        """Who made it: only its own coordinator incarnation, in its epoch,
+        knows it will never commit it (it moved on to a later attempt)."""
+        return self.coordinator, self.incarnation, self.epoch
 
 
 @dataclass
 class _Coordination:
     proposal: _Proposal
-    replies: dict[int, tuple[int, Entries, int, int, Entries]] = field(default_factory=dict)
-    """member -> (frozen own seq, frozen vector, rollback bound, its ``lineage``)."""
+    replies: dict[int, tuple[int, Entries, int, int, Entries, bool]] = field(default_factory=dict)
+    """member -> (frozen own seq, frozen vector, rollback bound, its ``lineage``,
+    what it delivered, whether the bound withdraws rather than rolls back)."""
     deadline: float = 0.0
     repeat_at: float = 0.0
     commit: bytes | None = None
@@ -263,8 +287,9 @@ class ViewAgreement:
         """Members of other components to merge in, with the epoch of their view."""
         self.accepted: _Proposal | None = None
         self.snapshot: tuple[int, dict[int, int]] | None = None
-        self.sent_under: list[tuple[tuple[int, ...], int]] = []
-        """(optimistic view members, our last seq sent under it) during a change."""
+        self.sent_under: list[tuple[tuple[int, ...], int, frozenset[tuple[int, int, int]]]] = []
+        """(optimistic view members, our last seq sent under it, the ``origin``
+        of the proposals it stands for) during a change."""
         self.commit_wait: float | None = None
         self.coordination: _Coordination | None = None
         self.committing: Commit | None = None
@@ -275,10 +300,6 @@ class ViewAgreement:
         self.diverged = False
         """A member of our view coordinates another view of this epoch or
         later: propose afresh even though the wanted membership is the view."""
-        self.took_over = False
-        """We proposed after waiting in vain for the commit of another
-        coordinator's proposal, which it may have committed without us: until
-        our next install, we do not know the fate of what we sent under it."""
 
     # ------------------------------------------------------------------ queries
 
@@ -456,7 +477,7 @@ class ViewAgreement:
                 self.snapshot = snapshot
                 out.append(Freeze(dict(snapshot[1]), proposal.view()))
             elif self.accepted is not None:
-                self._note_sent_under(self.accepted.members, snapshot[0])
+                self._note_sent_under(self.accepted, snapshot[0])
             if self.coordination is not None and proposal.coordinator != self.me:
                 self.coordination = None  # a higher proposal wins: follow it
             self.accepted = proposal
@@ -464,23 +485,35 @@ class ViewAgreement:
         out.append(self._flush_reply(src, proposal, delivered or {}))
         return out
 
-    def _note_sent_under(self, members: tuple[int, ...], upto: int) -> None:
+    def _note_sent_under(self, proposal: _Proposal, upto: int) -> None:
         """Remember what we sent under a superseded proposal. An earlier entry
         whose members are a subset of these is dominated (``upto`` only grows,
         and whenever it is not within the next proposal neither is this one),
-        so it goes: proposals that only add joiners keep the list at one entry
-        instead of one per proposal (a flood of join requests made it grow)."""
-        grown = set(members)
-        self.sent_under = [(under, seq) for under, seq in self.sent_under if not set(under) <= grown]
-        self.sent_under.append((members, upto))
+        so it goes, leaving its origins to the new entry: proposals that only
+        add joiners keep the list at one entry instead of one per proposal (a
+        flood of join requests made it grow)."""
+        grown = set(proposal.members)
+        origins = {proposal.origin}
+        kept = []
+        for under, seq, made_by in self.sent_under:
+            if set(under) <= grown:
+                origins |= made_by
+            else:
+                kept.append((under, seq, made_by))
+        self.sent_under = kept + [(proposal.members, upto, frozenset(origins))]
 
     def _flush_reply(self, coordinator: int, proposal: _Proposal, delivered: dict[int, int]) -> CtlSend:
         assert self.snapshot is not None
         own, vector = self.snapshot
         members = set(proposal.members)
-        rollback = max([upto for under, upto in self.sent_under if not set(under) <= members], default=0)
+        outside = [(upto, made_by) for under, upto, made_by in self.sent_under if not set(under) <= members]
+        rollback = max([upto for upto, _ in outside], default=0)
+        # Rolled back only if we know no view holds them: every proposal they
+        # went under was this coordinator's, in this epoch (it moved on from
+        # them before committing). Else their fate is not ours to tell.
+        withdraw = any(made_by != {proposal.origin} for _, made_by in outside)
         body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, own, rollback, tuple(sorted(vector.items())),
-                            lineage(self.view, self.previous), tuple(sorted(delivered.items()))))
+                            lineage(self.view, self.previous), tuple(sorted(delivered.items())), withdraw))
         return CtlSend(coordinator, MsgType.FLUSH, body)
 
     def _incarnation_of(self, src: int, incarnation: int | None) -> int:
@@ -493,7 +526,7 @@ class ViewAgreement:
                 return [self._installed_reply(src, msg.epoch, msg.attempt)]  # a repeat of our commit
             return []
         members = msg.members
-        key = _Proposal(msg.epoch, msg.attempt, src, members).key
+        key = _Proposal(msg.epoch, msg.attempt, src, members, self._incarnation_of(src, incarnation)).key
         if self.me not in members:
             if self.me in self.view.members and src in self.view.members \
                     and (self.accepted is None or self.accepted.key <= key):
@@ -506,7 +539,8 @@ class ViewAgreement:
             return []
         self.committing = Commit(View.of(msg.epoch, members, self._incarnation_of(src, incarnation)),
                                  dict(msg.cut), dict(msg.rollback), src,
-                                 msg.attempt, {m: d for m, d in msg.origins if d}, dict(msg.foreign))
+                                 msg.attempt, {m: d for m, d in msg.origins if d}, dict(msg.foreign),
+                                 dict(msg.withdrawn))
         return [self.committing]
 
     def _alone(self, epoch: int) -> View:
@@ -556,7 +590,7 @@ class ViewAgreement:
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
         self.accepted = self.snapshot = self.commit_wait = self.committing = None
         self.sent_under = []
-        self.diverged = self.took_over = False
+        self.diverged = False
         if self.coordination is not None and self.coordination.proposal.epoch <= self.view.epoch \
                 and commit.coordinator != self.me:
             self.coordination = None
@@ -579,7 +613,7 @@ class ViewAgreement:
         p = coordination.proposal
         if (msg.epoch, msg.attempt) != (p.epoch, p.attempt) or src not in p.members:
             return []
-        coordination.replies[src] = (msg.own, msg.vector, msg.rollback, msg.lineage, msg.delivered)
+        coordination.replies[src] = (msg.own, msg.vector, msg.rollback, msg.lineage, msg.delivered, msg.withdraw)
         if set(coordination.replies) >= set(p.members):
             return self._commit(now)
         return []
@@ -590,9 +624,10 @@ class ViewAgreement:
         p = coordination.proposal
         cut: dict[int, int] = {}
         rollback: dict[int, int] = {}
+        withdrawn: dict[int, int] = {}
         foreign: dict[int, int] = {}
         origins = {m: coordination.replies[m][3] for m in p.members}
-        for member, (own, vector, bound, origin, delivered) in coordination.replies.items():
+        for member, (own, vector, bound, origin, delivered, withdraw) in coordination.replies.items():
             for sender, high in vector:
                 if not self.ordered or _holds_for(origin, origins.get(sender)):
                     cut[sender] = max(cut.get(sender, 0), high)
@@ -602,12 +637,12 @@ class ViewAgreement:
                     foreign[sender] = max(foreign.get(sender, 0), high)
             cut[member] = max(cut.get(member, 0), own)
             if bound > own:
-                rollback[member] = bound
+                (withdrawn if withdraw else rollback)[member] = bound
         if len({origin >> 31 for origin in origins.values()}) == 1:  # all from one view: nothing to tell apart
             origins = dict.fromkeys(p.members, 0)
         coordination.commit = encode(CommitMsg(self.tag, p.epoch, p.attempt, self.me, tuple(origins.items()),
                                                tuple(sorted(cut.items())), tuple(sorted(rollback.items())),
-                                               tuple(sorted(foreign.items()))))
+                                               tuple(sorted(foreign.items())), tuple(sorted(withdrawn.items()))))
         coordination.installed = set()
         coordination.deadline = now + self.view_timeout
         coordination.repeat_at = now + self.view_timeout / REPEATS
@@ -697,7 +732,6 @@ class ViewAgreement:
         live = [m for m in proposal.members if m != proposal.coordinator and m not in self.failed
                 and (m in self.view or m == self.me)]
         if live and min(live) == self.me:
-            self.took_over = True
             return self._propose(tuple(sorted(self.wanted())), now)
         return []
 

@@ -89,26 +89,34 @@ class Flush:
     vector: Pairs
     lineage: int
     delivered: Pairs = ()
+    withdraw: bool = False
+    """The records up to ``rollback`` went under a proposal another view may
+    have installed: withdraw them (neither deliver nor roll back). A second
+    pair (1, 1) in the lineage list, absent when false."""
 
     def to_control(self) -> Control:
-        lists = (self.vector, ((0, self.lineage),)) + ((self.delivered,) if self.delivered else ())
+        lineage = ((0, self.lineage), (1, 1)) if self.withdraw else ((0, self.lineage),)
+        lists = (self.vector, lineage) + ((self.delivered,) if self.delivered else ())
         return Control(self.group_tag, self.epoch, self.attempt, self.own, self.rollback, lists)
 
     @classmethod
     def from_control(cls, c: Control) -> Flush:
         _lists(c, 1, 3, "flush")
         lineage = c.lists[1][0][1] if len(c.lists) > 1 and c.lists[1] else 0
+        withdraw = len(c.lists) > 1 and (1, 1) in c.lists[1][1:]
         delivered = c.lists[2] if len(c.lists) > 2 else ()
-        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.b, c.lists[0], lineage, delivered)
+        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.b, c.lists[0], lineage, delivered, withdraw)
 
 
 @dataclass(frozen=True, slots=True)
 class CommitMsg:
     """Phase 2, the coordinator's decision: the members with the lineage each
     flushed from (0 for all when they all came from one view), the cut, the
-    rollback ranges and, per sender that never installed the view a member
+    rollback ranges, per sender that never installed the view a member
     flushed from, the last of its records such a member delivered in it (a
-    fourth list, sent when not empty: see ``agreement.Commit.foreign``)."""
+    fourth list, sent when it or the fifth is not empty: see
+    ``agreement.Commit.foreign``) and the withdrawn ranges (a fifth list,
+    sent when not empty: ``agreement.Commit.withdrawn``)."""
 
     TYPE: ClassVar[MsgType] = MsgType.COMMIT
     group_tag: int
@@ -119,17 +127,23 @@ class CommitMsg:
     cut: Pairs
     rollback: Pairs
     foreign: Pairs = ()
+    withdrawn: Pairs = ()
 
     def to_control(self) -> Control:
-        lists = (self.origins, self.cut, self.rollback) + ((self.foreign,) if self.foreign else ())
+        lists: tuple[Pairs, ...] = (self.origins, self.cut, self.rollback)
+        if self.withdrawn:
+            lists += (self.foreign, self.withdrawn)
+        elif self.foreign:
+            lists += (self.foreign,)
         return Control(self.group_tag, self.epoch, self.attempt, self.coordinator, 0, lists)
 
     @classmethod
     def from_control(cls, c: Control) -> CommitMsg:
-        _lists(c, 3, 4, "commit")
+        _lists(c, 3, 5, "commit")
         _members(c.lists[0], "commit")
         foreign = c.lists[3] if len(c.lists) > 3 else ()
-        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.lists[0], c.lists[1], c.lists[2], foreign)
+        withdrawn = c.lists[4] if len(c.lists) > 4 else ()
+        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.lists[0], c.lists[1], c.lists[2], foreign, withdrawn)
 
     @property
     def members(self) -> tuple[int, ...]:
