@@ -515,6 +515,13 @@ class GroupStack:
         self._release(self._order(self._pass_gate(kept)))  # a later change's messages stay held
         self.abandoned = None
         self._happen(None)
+        if newcomers and self.next_beacon is not None:
+            # A view that grew announces itself at once: a lower coordinator
+            # whose merge proposal the members refused as partial (it knew an
+            # older, smaller view of ours) proposes the whole union now, not a
+            # beacon interval later (8 processes started together: one was
+            # left alone for two intervals, 2.9 s instead of 0.9 s).
+            self.next_beacon = now
         return self.on_agreement(frames, now)
 
     def _happen(self, event: GroupEvent | None, view_id: str | None = None) -> None:

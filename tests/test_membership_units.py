@@ -511,6 +511,46 @@ def test_no_rollback_when_the_switch_is_to_a_larger_proposal() -> None:
     assert (f.own, f.rollback) == (4, 0), "messages sent under (1, 2) stay valid in (1, 2, 3)"
 
 
+def test_what_was_sent_under_another_coordinators_proposal_is_withdrawn_not_rolled_back() -> None:
+    """3 may have committed (3, 4) and delivered there what 4 sent under it:
+    1's later proposal without 3 must not call those messages rolled back."""
+    member = ViewAgreement(4, {4}, TIMEOUT, 0.0, TAG)
+    member.on_propose(3, Propose(TAG, 2, 1, 0, (3, 4)), (0, {}), 0.0)
+    f = body(ctl(member.on_propose(1, Propose(TAG, 3, 1, 0, (1, 4)), (2, {}), 0.1), MsgType.FLUSH)[0])
+    assert (f.own, f.rollback, f.withdraw) == (0, 2, True)
+    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG)
+    coordinator.merge_with({4: 1}, 4, 0.0)
+    proposal = coordinator.coordination.proposal  # type: ignore[union-attr]
+    coordinator.on_flush(1, Flush(TAG, proposal.epoch, proposal.attempt, 0, 0, (), 0), 0.1)
+    own = Flush(TAG, proposal.epoch, proposal.attempt, 0, 2, (), 0, withdraw=True)
+    c = body(ctl(coordinator.on_flush(4, own, 0.1), MsgType.COMMIT)[0])
+    assert (dict(c.rollback), dict(c.withdrawn)) == ({}, {4: 2})
+
+
+def test_a_rollback_offered_once_stays_offered_in_the_change() -> None:
+    """4 offered seq 1..2 (sent under 2's first attempt, which had 5) to 2's
+    second attempt, which 2 may commit; 1's larger proposal of the next epoch
+    holds the first attempt's members, yet must not deliver them."""
+    member = ViewAgreement(4, {2, 3, 4, 5}, TIMEOUT, 0.0, TAG, epoch=1)
+    member.on_propose(2, Propose(TAG, 2, 1, 0, (2, 3, 4, 5)), (0, {}), 0.0)
+    second = body(ctl(member.on_propose(2, Propose(TAG, 2, 2, 0, (2, 3, 4)), (2, {}), 0.1), MsgType.FLUSH)[0])
+    assert (second.rollback, second.withdraw) == (2, False), "the coordinator moved on: rolled back for sure"
+    larger = Propose(TAG, 3, 1, 0, (1, 2, 3, 4, 5))
+    third = body(ctl(member.on_propose(1, larger, (2, {}), 0.2), MsgType.FLUSH)[0])
+    assert (third.rollback, third.withdraw) == (2, False)
+
+
+def test_a_restarted_coordinators_proposal_is_not_its_former_selfs() -> None:
+    """Same epoch, attempt and id, another incarnation: a different proposal,
+    which the member refuses (it answered the dead one's in this epoch)."""
+    member = ViewAgreement(2, {2}, TIMEOUT, 0.0, TAG)
+    proposal = Propose(TAG, 2, 1, 0, (1, 2))
+    assert not body(ctl(member.on_propose(1, proposal, (0, {}), 0.0, incarnation=0), MsgType.FLUSH)[0]).refuse
+    (again,) = ctl(member.on_propose(1, proposal, (0, {}), 0.1, incarnation=1), MsgType.FLUSH)
+    assert body(again).refuse
+    assert member.on_commit(1, CommitMsg(TAG, 2, 1, 1, ((1, 0), (2, 0)), (), ()), incarnation=1) == []
+
+
 def test_lower_proposals_and_foreign_proposals_are_ignored() -> None:
     va = agreements({1, 2, 3})
     high = Propose(TAG, 3, 1, 0, (1, 2, 3))
@@ -524,20 +564,35 @@ def test_lower_proposals_and_foreign_proposals_are_ignored() -> None:
 
 
 def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
-    """Two coordinators race at one epoch: member 5 answers 2's proposal,
-    then 1's higher one. 2 collects every answer and commits; 5 must not
-    install it, or it would be listed in both views of epoch 2 (seen in a
-    real 5-process run: survivors delivered different message counts)."""
+    """Two coordinators race at one epoch: member 5 answers 2's proposal. It
+    refuses 1's proposal of that epoch (one view per epoch per member), so 1
+    proposes again one epoch higher, which 5 answers. 2 collects every answer
+    and commits epoch 2; 5 must not install it, or it would be listed in two
+    views at once (seen in a real 5-process run: survivors delivered
+    different message counts)."""
     member = ViewAgreement(5, {5}, TIMEOUT, 0.0, TAG)
     by_2 = Propose(TAG, 2, 1, 0, (2, 4, 5))
     by_1 = Propose(TAG, 2, 1, 0, (1, 2, 3, 4, 5))
     assert ctl(member.on_propose(2, by_2, (0, {}), 0.0), MsgType.FLUSH)
-    assert ctl(member.on_propose(1, by_1, (0, {}), 0.1), MsgType.FLUSH), "the lower coordinator's proposal wins"
+    (refusal,) = ctl(member.on_propose(1, by_1, (0, {}), 0.1), MsgType.FLUSH)
+    assert refusal.dst == 1 and body(refusal).refuse, "another coordinator's proposal of an answered epoch"
+    again = Propose(TAG, 3, 1, 0, by_1.members)
+    (answer,) = ctl(member.on_propose(1, again, (0, {}), 0.2), MsgType.FLUSH)
+    assert not body(answer).refuse, "one epoch higher, the lower coordinator's proposal wins"
     commit_2 = CommitMsg(TAG, 2, 1, 2, ((2, 0), (4, 0), (5, 0)), ((2, 0), (4, 0), (5, 0)), ())
     assert member.on_commit(2, commit_2) == [], "2's commit is stale for us"
-    commit_1 = CommitMsg(TAG, 2, 1, 1, tuple((m, 0) for m in by_1.members), (), ())
+    commit_1 = CommitMsg(TAG, 3, 1, 1, tuple((m, 0) for m in by_1.members), (), ())
     (commit,) = member.on_commit(1, commit_1)
-    assert commit.view == View.of(2, (1, 2, 3, 4, 5))
+    assert commit.view == View.of(3, (1, 2, 3, 4, 5))
+
+
+def test_a_refused_coordinator_proposes_again_one_epoch_higher() -> None:
+    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG)
+    (proposal,) = ctl(coordinator.merge_with({5: 1}, 5, 0.0), MsgType.PROPOSE)
+    first = body(proposal)
+    refusal = Flush(TAG, first.epoch, first.attempt, 0, 0, (), 0, refuse=True)
+    (again,) = ctl(coordinator.on_flush(5, refusal, 0.1), MsgType.PROPOSE)
+    assert (body(again).epoch, body(again).attempt, body(again).members) == (first.epoch + 1, 1, (1, 5))
 
 
 def test_commit_tells_members_that_come_from_an_overlapping_view() -> None:
@@ -634,7 +689,8 @@ def test_member_waiting_for_a_commit_takes_over_from_a_dead_coordinator() -> Non
     assert va[2].next_deadline() == pytest.approx(2 * TIMEOUT)
     (takeover,) = ctl(va[2].on_timeout(2 * TIMEOUT), MsgType.PROPOSE)
     t = body(takeover)
-    assert members_of(t) == (2, 3) and (t.epoch, t.attempt) == (2, 2)
+    assert members_of(t) == (2, 3) and (t.epoch, t.attempt) == (3, 1), "one epoch above the one it may have committed"
+    assert not body(ctl(va[3].on_propose(2, t, (0, {}), 2 * TIMEOUT), MsgType.FLUSH)[0]).refuse
     assert ctl(va[3].on_timeout(2 * TIMEOUT), MsgType.PROPOSE) == [], "only the lowest other member takes over"
 
 

@@ -42,6 +42,9 @@ GOLDEN: list[tuple[ControlMessage, str]] = [
     # withdraw: a second pair (1, 1) in the lineage list
     (Flush(TAG, 3, 2, 7, 9, ((1, 4), (2, 0)), 3074457344186602837, (), True),
      "1122334455667788000000000000000300000002000000000000000700000000000000090202010401000200d5aad5aaa5d5aad52a0101"),
+    # refuse: bits 2 of that pair (an empty vector, lineage 0)
+    (Flush(TAG, 3, 2, 0, 0, (), 0, refuse=True),
+     "11223344556677880000000000000003000000020000000000000000000000000000000002000200000102"),
     # withdrawn ranges: a fifth list, after an empty rollback and an empty foreign list
     (CommitMsg(TAG, 3, 2, 1, ((1, 0), (2, 0), (5, 0)), ((1, 4), (2, 7)), (), (), ((2, 9),)),
      "112233445566778800000000000000030000000200000000000000010000000000000000050301000100030002010401070000010209"),
@@ -102,7 +105,7 @@ epochs = st.integers(0, 2**62)
 attempts = st.integers(0, 2**32 - 1)
 MESSAGES_ST = st.one_of(
     st.builds(Propose, ids, epochs, attempts, ids, members),
-    st.builds(Flush, ids, epochs, attempts, ids, ids, pairs, ids, pairs, st.booleans()),
+    st.builds(Flush, ids, epochs, attempts, ids, ids, pairs, ids, pairs, st.booleans(), st.booleans()),
     st.builds(CommitMsg, ids, epochs, attempts, ids, members.map(lambda ms: tuple((m, 0) for m in ms)), pairs, pairs,
               pairs, pairs),
     st.builds(InstalledMsg, ids, epochs, attempts),

@@ -15,7 +15,11 @@ numbered by an epoch; a view's id names its epoch and its members.
   proposes the union.
 * **Initiate.** The coordinator multicasts PROPOSE(epoch, attempt, members).
   A member accepts the proposal with the highest (epoch, attempt, lowest
-  coordinator) above its view's epoch. On its first acceptance in a change it
+  coordinator, coordinator incarnation) above its view's epoch, but within one
+  epoch it answers proposals of one coordinator incarnation only: to another
+  it sends a refusal, and that coordinator proposes again one epoch higher.
+  So no two views of one epoch share a member, and the epoch a message
+  carries names the one view it may be delivered in. On its first acceptance in a change it
   freezes a *snapshot*: how far it holds each sender's stream, and its own
   last sequence number. From then on it delivers nothing beyond the snapshot
   in the old view (the group layer holds it back), but it keeps sending: its
@@ -48,7 +52,7 @@ numbered by an epoch; a view's id names its epoch and its members.
   that have not answered, five times per ``view_timeout``; a member that has not answered FLUSH after
   ``view_timeout`` is left out of the next attempt (a follow-up change). A
   member that waits ``2 * view_timeout`` for a COMMIT takes over if it is the
-  lowest live member of the proposal.
+  lowest live member of the proposal (one epoch higher).
 
 **Cap.** A view holds at most ``max_members`` members. Joiners beyond it
 (lowest ids first) are refused and counted (``refused_joiners``); they stay
@@ -290,6 +294,8 @@ class ViewAgreement:
         self.sent_under: list[tuple[tuple[int, ...], int, frozenset[tuple[int, int, int]]]] = []
         """(optimistic view members, our last seq sent under it, the ``origin``
         of the proposals it stands for) during a change."""
+        self.offered: tuple[int, bool] = (0, False)
+        """The rollback bound our flushes of this change offered, and whether withdrawn."""
         self.commit_wait: float | None = None
         self.coordination: _Coordination | None = None
         self.committing: Commit | None = None
@@ -430,11 +436,18 @@ class ViewAgreement:
         self._deferred_since = self._reconsider_at = None
         return self._propose(wanted, now)
 
-    def _propose(self, members: tuple[int, ...], now: float) -> list[AgreementOut]:
-        epoch = max([self.view.epoch, *self.joiners.values()]) + 1
+    def _propose(self, members: tuple[int, ...], now: float, min_epoch: int = 0) -> list[AgreementOut]:
+        """Each epoch has proposals of one origin per member (``on_propose``
+        refuses others): we try again in the epoch of a proposal we made,
+        and go one above one that another coordinator (or a former self) made."""
+        epoch = max([self.view.epoch + 1, *(e + 1 for e in self.joiners.values()), min_epoch])
         attempt = 1
-        if self.accepted is not None and self.accepted.epoch >= epoch:
-            epoch, attempt = self.accepted.epoch, self.accepted.attempt + 1
+        accepted = self.accepted
+        if accepted is not None and accepted.epoch >= epoch:
+            if accepted.origin[:2] == (self.me, self.incarnation):
+                epoch, attempt = accepted.epoch, accepted.attempt + 1
+            else:
+                epoch = accepted.epoch + 1
         proposal = _Proposal(epoch, attempt, self.me, members, self.incarnation)
         self.coordination = _Coordination(proposal, deadline=now + self.view_timeout)
         return self._send_proposal(now)
@@ -471,6 +484,15 @@ class ViewAgreement:
             return []  # a merge takes whole components: this one is stale or partial
         if self.accepted is not None and proposal.key < self.accepted.key:
             return []
+        if self.accepted is not None and proposal.epoch == self.accepted.epoch \
+                and proposal.origin != self.accepted.origin:
+            # We answered another coordinator's proposal of this epoch, which
+            # it may commit: answering this one too could put us in two views
+            # of one epoch, and a message we send under this one would carry
+            # the same epoch tag as that view's, so its members would deliver
+            # it there (randomized FIFO machine, seed 3796585111). Its
+            # coordinator proposes again one epoch higher, which we may take.
+            return [self._refusal(src, proposal)]
         out: list[AgreementOut] = []
         if self.accepted is None or proposal.key != self.accepted.key:
             if self.snapshot is None:
@@ -512,8 +534,22 @@ class ViewAgreement:
         # went under was this coordinator's, in this epoch (it moved on from
         # them before committing). Else their fate is not ours to tell.
         withdraw = any(made_by != {proposal.origin} for _, made_by in outside)
+        # What a flush offered stays offered: the proposal it answered may be
+        # committed, and its members then roll those messages back, so no
+        # later view of this change may deliver them (randomized total-order
+        # machine, seed 3796585111: a member offered its message to the
+        # second attempt of one coordinator, then delivered it in another's
+        # view whose members included the first attempt's).
+        offered, offered_withdraw = self.offered
+        if offered:
+            rollback, withdraw = max(rollback, offered), withdraw or offered_withdraw
+        self.offered = (rollback, withdraw)
         body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, own, rollback, tuple(sorted(vector.items())),
                             lineage(self.view, self.previous), tuple(sorted(delivered.items())), withdraw))
+        return CtlSend(coordinator, MsgType.FLUSH, body)
+
+    def _refusal(self, coordinator: int, proposal: _Proposal) -> CtlSend:
+        body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, 0, 0, (), 0, refuse=True))
         return CtlSend(coordinator, MsgType.FLUSH, body)
 
     def _incarnation_of(self, src: int, incarnation: int | None) -> int:
@@ -590,6 +626,7 @@ class ViewAgreement:
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
         self.accepted = self.snapshot = self.commit_wait = self.committing = None
         self.sent_under = []
+        self.offered = (0, False)
         self.diverged = False
         if self.coordination is not None and self.coordination.proposal.epoch <= self.view.epoch \
                 and commit.coordinator != self.me:
@@ -613,6 +650,9 @@ class ViewAgreement:
         p = coordination.proposal
         if (msg.epoch, msg.attempt) != (p.epoch, p.attempt) or src not in p.members:
             return []
+        if msg.refuse:
+            self.coordination = None
+            return self._propose(p.members, now, min_epoch=p.epoch + 1)
         coordination.replies[src] = (msg.own, msg.vector, msg.rollback, msg.lineage, msg.delivered, msg.withdraw)
         if set(coordination.replies) >= set(p.members):
             return self._commit(now)

@@ -91,11 +91,15 @@ class Flush:
     delivered: Pairs = ()
     withdraw: bool = False
     """The records up to ``rollback`` went under a proposal another view may
-    have installed: withdraw them (neither deliver nor roll back). A second
-    pair (1, 1) in the lineage list, absent when false."""
+    have installed: withdraw them (neither deliver nor roll back)."""
+    refuse: bool = False
+    """Not an answer: the member answered another coordinator's proposal of
+    this epoch, so this one must be made again at a higher epoch."""
 
     def to_control(self) -> Control:
-        lineage = ((0, self.lineage), (1, 1)) if self.withdraw else ((0, self.lineage),)
+        # the flags ride as a second pair (1, bits) of the lineage list, absent when none is set
+        bits = self.withdraw | self.refuse << 1
+        lineage = ((0, self.lineage), (1, bits)) if bits else ((0, self.lineage),)
         lists = (self.vector, lineage) + ((self.delivered,) if self.delivered else ())
         return Control(self.group_tag, self.epoch, self.attempt, self.own, self.rollback, lists)
 
@@ -103,9 +107,10 @@ class Flush:
     def from_control(cls, c: Control) -> Flush:
         _lists(c, 1, 3, "flush")
         lineage = c.lists[1][0][1] if len(c.lists) > 1 and c.lists[1] else 0
-        withdraw = len(c.lists) > 1 and (1, 1) in c.lists[1][1:]
+        bits = c.lists[1][1][1] if len(c.lists) > 1 and len(c.lists[1]) > 1 and c.lists[1][1][0] == 1 else 0
         delivered = c.lists[2] if len(c.lists) > 2 else ()
-        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.b, c.lists[0], lineage, delivered, withdraw)
+        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.b, c.lists[0], lineage, delivered, bool(bits & 1),
+                   bool(bits & 2))
 
 
 @dataclass(frozen=True, slots=True)
