@@ -98,7 +98,13 @@ class Config:
     nack_backoff_max: float = 1.0
     """Longest wait between two NACKs for the same gap, seconds."""
     ack_interval: float = 0.1
-    """In ordered groups, an idle member multicasts its new ACKs (its promise) after this many seconds."""
+    """In ordered groups, the longest an idle member waits before it multicasts its new ACKs (its promise)."""
+    promise_spacing: float = 0.00025
+    """In a view of N members an idle member of an ordered group promises after
+    ``min(ack_interval, N * promise_spacing)`` seconds (1 ms at 4 members): each
+    member then receives at most about ``1 / promise_spacing`` promises per
+    second, whatever N, and a total-order message waits about that long for
+    its last promise when members send less often than that."""
     window_max: int = 4_096
     """Unstable messages (all senders) at which application sends wait."""
     send_delay_min: float = 0.0
@@ -199,6 +205,7 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
     ("nack_delay", (int, float), 0.0001, 10.0),
     ("nack_backoff_max", (int, float), 0.001, 60.0),
     ("ack_interval", (int, float), 0.001, 60.0),
+    ("promise_spacing", (int, float), 0.00001, 60.0),
     ("window_max", int, 16, 1_000_000),
     ("send_delay_min", (int, float), 0.0, 10.0),
     ("send_delay_scale", (int, float), 0.0, 10.0),

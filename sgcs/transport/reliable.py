@@ -103,7 +103,9 @@ class TransportParams:
     """First NACK after a loss is detected: long enough for reordering to fill the gap."""
     nack_backoff_max: float = 1.0
     ack_interval: float = 0.1
-    """An idle member of an ordered group sends its new ACKs after this long without a send."""
+    """An idle member of an ordered group sends its new ACKs at most this long after it received."""
+    promise_spacing: float = 0.1
+    """... and at most ``promise_spacing * N`` after, in a view of N (``Config.promise_spacing``)."""
     ack_nulls: bool = False
     """Send idle members' ACKs as null messages (ordered groups turn them into promises)."""
     window_max: int = 4_096
@@ -214,6 +216,8 @@ class ReliableStream:
         self.members: tuple[int, ...] = ()
         self._index: dict[int, int] = {}
         self._roster: Roster | None = None
+        self._null_delay = params.ack_interval
+        """How long after receiving an idle member of an ordered group promises."""
         self._position = 0
         self._levels: list[dict[int, int]] = []
         """Stability gossip: per level k, per sender, the lowest number held by the
@@ -250,6 +254,7 @@ class ReliableStream:
         # a new view aggregates afresh: positions may move, and a member that
         # restarted under its old id no longer holds what it reported
         n = len(self.members)
+        self._null_delay = min(self.params.ack_interval, self.params.promise_spacing * n)
         self._levels = [{} for _ in range(math.ceil(math.log2(n)) if n > 1 else 0)]
         self._others_floor = {}
         self._acked = {} if n <= ACK_MATRIX_MAX else None
@@ -416,7 +421,7 @@ class ReliableStream:
         if self.params.ack_nulls:
             self._ack_due[sender] = inbound.contig
             if self._ack_at is None:
-                self._ack_at = now + self.params.ack_interval
+                self._ack_at = now + self._null_delay
         self._reschedule_nack(sender, inbound, now)
 
     def _fragment(self, sender: int, inbound: _Inbound, record: Record, delivered: list[Message],
