@@ -146,12 +146,13 @@ class Commit:
     """Per member, the views it flushed from (``lineage``: its view and the
     one before); absent when all members flushed from one view."""
     foreign: dict[int, int] = field(default_factory=dict)
-    """Ordered groups: per sender that never installed the view some member
+    """Per sender that never installed the view some member
     flushed from, the last of its records such a member delivered (before it
     flushed, in that view or one before). The members of that view deliver
     the sender's records up to here in it, fetching what they lack, and drop
     the rest: one of them delivered these in the view's ordinary order, so
-    all must (randomized total-order machine, seed 567377617: invariant 5)."""
+    all must (randomized total-order machine, seed 567377617, and FIFO machine,
+    seed 1682738745: invariant 5)."""
     withdrawn: dict[int, int] = field(default_factory=dict)
     """Per member, the top of its records (above the cut) sent under a
     superseded proposal whose fate it cannot know: another coordinator (or
@@ -673,7 +674,7 @@ class ViewAgreement:
                     cut[sender] = max(cut.get(sender, 0), high)
             for sender, high in delivered:  # delivered somewhere: never rolled back, always in the cut
                 cut[sender] = max(cut.get(sender, 0), high)
-                if self.ordered and not _holds_for(origin, origins.get(sender)):
+                if not _holds_for(origin, origins.get(sender)):
                     foreign[sender] = max(foreign.get(sender, 0), high)
             cut[member] = max(cut.get(member, 0), own)
             if bound > own:
