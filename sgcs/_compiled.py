@@ -40,6 +40,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sgcs.wire",
     "sgcs.node",
     "sgcs.group",
+    "sgcs.membership.synchrony",
     "sgcs.transport.records",
     "sgcs.transport.reliable",
     "sgcs.transport.framing",

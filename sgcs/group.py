@@ -10,16 +10,17 @@ outbox of multicast records waiting to share a datagram (batching, at most
 body)`` frames; the node seals and addresses them. Keeping this per-group
 plumbing here leaves ``node.py`` with the wire and the dispatch.
 
-Views and streams move together (virtual synchrony). When a change begins,
-the agreement freezes a snapshot and this stack holds back every message past
-it, and every optimistic message (flagged by its sender with the proposed
-epoch), until the commit names the cut. Then it completes each stream up to
-the cut, delivers that in the old view (ordered groups drain their order
-without waiting for promises), installs the new view, rolls back optimistic
-messages of the commit's rollback ranges, and lets the rest through in the
-new view. Members new to our view start their streams after the cut. No
-record past a snapshot becomes stable during a change, since a newcomer may
-still need it.
+Views and streams move together (virtual synchrony). The view agreement
+decides the next view and its cut; ``membership.synchrony.ViewChange`` owns
+the data-plane side of a change (its phase, what is held for the new view,
+what the last change rolled back or withdrew). This stack wires the two to
+the streams and the order: at a freeze it stops stability past the
+snapshot, at a commit it completes each stream up to the cut and delivers
+that in the old view (ordered groups drain their order without waiting for
+promises), at the install it starts the new view's streams and order after
+the cut, and it reports what happened as typed events, in order. Members
+new to our view start their streams after the cut. No record past a
+snapshot becomes stable during a change, since a newcomer may still need it.
 
 Caps (README, "Limits"): the view holds at most ``max_members`` members
 (``agreement``); members refused for another order are remembered up to
@@ -41,6 +42,7 @@ from .errors import UsageError
 from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
 from .membership.messages import Beacon, CommitMsg, Flush, InstalledMsg, Propose, ViewMessage, decode_view_message
 from .membership.roster import roster_of
+from .membership.synchrony import ViewChange
 from .ordering.total import OrderedMessage, OrderingLayer
 from .transport.framing import RESERVED_ACKS, fragment_size, pack
 from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
@@ -183,33 +185,8 @@ class GroupStack:
         self.events: list[GroupEvent] = []
         """View events and the deliveries around them, in the order the node
         must report them (deliveries outside a change go by ``released``)."""
-        self.limits: dict[int, int] | None = None
-        """During a view change: the highest record per sender deliverable in the old view."""
-        self.held: list[Message] = []
-        self.committing: Commit | None = None
-        self._commit_deadline: float | None = None
-        self.foreign: frozenset[int] = frozenset()
-        """Members of our old view that the commit brings from another view
-        (overlapping views: they never installed ours; or a restart). Their
-        records up to the cut were sent in that other view: we deliver them
-        only up to what a member of ours delivered (``Commit.foreign``, ordered
-        groups), and, as for newcomers, their streams start after the cut."""
-        self.held_senders: set[int] = set()
-        """Senders with a held message: their later ones wait behind it (FIFO)."""
-        self.first_optimistic: dict[int, int] = {}
-        """Per sender, its first optimistic message we hold: the end of what
-        we may report as deliverable in the old view."""
-        self.void: dict[int, tuple[int, int]] = {}
-        """Per sender, the range (low, high] of its records rolled back by the last view change."""
-        self.withdrawn: dict[int, tuple[int, int]] = {}
-        """Per sender, the range (low, high] of its records the last view change
-        withdrew: neither delivered nor rolled back (``Commit.withdrawn``)."""
-        self.discarded = 0
-        self.abandoned: Commit | None = None
-        """A committed view we gave up completing: members that installed it
-        deliver our messages sent under it, so we may not report them rolled back."""
-        self.fate_unknown = 0
-        """Own messages we neither delivered nor rolled back (``abandoned``)."""
+        self.sync = ViewChange(me)
+        """The view-change state: its phase, what is held, rolled back, withdrawn."""
         self.own_last = 0
         self._request_at: float | None = None
         self.rejected = BoundedSet(MAX_REJECTED)
@@ -293,7 +270,7 @@ class GroupStack:
         """(sender, seq) of messages received and not yet delivered: held for a
         view change, and waiting for their order."""
         ordered = [] if self.ordering is None else self.ordering.waiting_ids()
-        return [(m.sender, m.seq) for m in self.held], ordered
+        return [(m.sender, m.seq) for m in self.sync.held], ordered
 
     def note_delivered(self, sender: int, high: int) -> None:
         """The node delivered ``sender``'s multicasts up to record ``high`` (see ``delivered_high``)."""
@@ -303,15 +280,16 @@ class GroupStack:
         events, self.events = self.events, []
         return events
 
+    @property
+    def fate_unknown(self) -> int:
+        """Own messages we neither delivered nor rolled back (see ``synchrony``)."""
+        return self.sync.fate_unknown
+
     # ------------------------------------------------------------------ membership
 
     def snapshot(self) -> tuple[int, dict[int, int]]:
         """Our last own record and how far we hold each member's stream."""
-        vector = dict(self.stream.received_vector())
-        for sender, first in self.first_optimistic.items():
-            if sender in vector:
-                vector[sender] = min(vector[sender], first - 1)
-        return self.stream.contig_of(self.me), vector
+        return self.stream.contig_of(self.me), self.sync.snapshot(dict(self.stream.received_vector()))
 
     def on_agreement(self, outputs: list[AgreementOut], now: float) -> list:
         """Apply what the view agreement decided; returns control frames to send.
@@ -325,7 +303,7 @@ class GroupStack:
                         or output.dst == self.me:
                     frames += self.on_control(self.me, decode_view_message(output.msg_type, output.body), now)
             elif isinstance(output, Freeze):
-                self.limits = output.limits
+                self.sync.freeze(output.limits)
                 self.stream.stability_cap = dict(output.limits)
                 self._happen(OptimisticBegan(output.optimistic))
             elif isinstance(output, Commit):
@@ -377,7 +355,7 @@ class GroupStack:
                     # a restart shows a new incarnation to the coordinator, which heard it flush
                     return []
                 return self.agreement.member_failed(src, now)  # it restarted, or missed its exclusion
-            if self.me not in members and msg.epoch >= self.view.epoch and self.committing is None:
+            if self.me not in members and msg.epoch >= self.view.epoch and not self.completing():
                 # we missed the commit that excluded us; or, at our own epoch (no
                 # incarnation of a coordinator installs two views of one epoch),
                 # it restarted before we ever heard its former self
@@ -387,7 +365,7 @@ class GroupStack:
                 return self.agreement.diverge(dict.fromkeys(members, msg.epoch), now)  # two views overlap
             return []
         mates = members & set(self.view.members)
-        if mates and self.me not in members and msg.epoch > self.view.epoch and self.committing is None:
+        if mates and self.me not in members and msg.epoch > self.view.epoch and not self.completing():
             # members of our view are in a later view without us: we missed the
             # commit that excluded us, and its coordinator is not ours, so no
             # beacon of our coordinator would tell us (randomized total-order
@@ -395,24 +373,34 @@ class GroupStack:
             return self.agreement.left_out(src, msg.epoch)
         return self.agreement.merge_with(dict.fromkeys(members, msg.epoch), src, now)
 
+    def completing(self) -> bool:
+        """A commit is being completed here (its cut fetched, then installed)."""
+        return self.sync.commit is not None
+
     def _begin_commit(self, commit: Commit, now: float) -> list:
-        self.committing = commit
-        self._commit_deadline = None
-        old = self.view.members
+        """SGCS section 4.2, phase 2: the commit names the cut. Fetch every
+        stream up to it and deliver that in the old view."""
         if commit.view.members == (self.me,) and not commit.cut:
+            self.sync.begin_alone(commit)
             return self._install(now)  # left out: start again alone
+        old = self.view.members
         # A FIFO member that lags (it missed the commit of our view) is ours up
         # to the cut: we may have delivered its messages sent under our view's
         # proposal on receipt, so every member of our view delivers them here.
         # An ordered group delivers nothing at once: its laggards are foreign
         # (the cut leaves their messages to the next view; agreement._holds_for).
         fifo, agreement = self.ordering is None, self.agreement
-        self.foreign = frozenset(m for m in old if m in commit.view and not commit.shares(m, self.view)
-                                 and not (fifo and agreement.lags(m, commit)))
-        self.limits = {s: self._foreign_limit(s, commit) if s in self.foreign else commit.cut.get(s, 0) for s in old}
+        foreign = frozenset(m for m in old if m in commit.view and not commit.shares(m, self.view)
+                            and not (fifo and agreement.lags(m, commit)))
+        # FIFO too: a member of our view delivered a foreign sender's records
+        # up to ``Commit.foreign`` on receipt (randomized FIFO machine,
+        # explore.py seed 1682738745: a restarted sender's last record,
+        # delivered by two members of the closing view and not by a third)
+        limits = {s: commit.foreign.get(s, 0) if s in foreign else commit.cut.get(s, 0) for s in old}
+        passed = self.sync.begin(commit, limits, foreign, self.view.epoch)
         for sender in old:
-            self.stream.expect(sender, self.limits[sender], now)
-        self.stream.stability_cap = dict(self.limits)
+            self.stream.expect(sender, limits[sender], now)
+        self.stream.stability_cap = dict(limits)
         if self.ordering is not None:
             # A foreign sender never installed our view (or restarted since):
             # what we received of it is not ours to deliver here, beyond what a
@@ -422,50 +410,40 @@ class GroupStack:
             # did not, or hold it back at their snapshot: delivering it would
             # split our view (randomized total-order machine, seeds 7, 33064342
             # and 567377617: invariant 5). It comes afresh after the cut.
-            for sender in sorted(self.foreign):
-                limit = self.limits[sender]
+            for sender in sorted(foreign):
+                limit = limits[sender]
                 self.ordering.truncate_at_first(sender, lambda m: m.last > limit)
-        held, self.held = self.held, []
-        self.held_senders = set()
-        self._release(self._order(self._pass_gate(held)))
+        self._release(self._order(passed))
         self._release(self._deliverable())  # frozen since the proposal
         return self.progress(now)
-
-    def _foreign_limit(self, sender: int, commit: Commit) -> int:
-        # FIFO too: a member of our view delivered those on receipt (randomized
-        # FIFO machine, explore.py seed 1682738745: a restarted sender's last
-        # record, delivered by two members of the closing view and not by a third)
-        return commit.foreign.get(sender, 0)
 
     def progress(self, now: float) -> list:
         """Install the committed view once every stream is complete up to the
         cut. If that takes ``2 * view_timeout`` (the last holder of a record
         is gone, or the group moved on), give up: start again alone and merge
         back, which keeps every view we install consistent."""
-        commit = self.committing
-        if commit is None:
+        sync = self.sync
+        if sync.commit is None:
             return []
-        limits = self.limits or {}
+        limits = sync.limits or {}
         if all(self.stream.contig_of(s) >= limits.get(s, 0) for s in self.view.members if s != self.me):
             return self._install(now)
-        if self._commit_deadline is None:
-            self._commit_deadline = now + 2 * self.agreement.view_timeout
-        elif now >= self._commit_deadline:
-            self.committing = None
-            self.abandoned = commit
-            return self.on_agreement(self.agreement.give_up(commit), now)
+        if sync.overdue(now, self.agreement.view_timeout):
+            return self.on_agreement(self.agreement.give_up(sync.give_up()), now)
         return []
 
     def _install(self, now: float) -> list:
-        commit = self.committing
-        assert commit is not None
+        """SGCS section 4.2, phase 3: the old view's messages are delivered;
+        install the new view and sort out what was held for it."""
+        sync = self.sync
+        commit = sync.install()
         old = self.view
         new = commit.view.members
         # left out (a commit without us, missed or abandoned): a singleton
         # with no cut, made here rather than by a coordinator's agreement
         self._drain_old_view(left_out=new == (self.me,) and len(old.members) > 1 and not commit.cut
                              and commit.coordinator != self.me)
-        foreign, self.foreign = self.foreign, frozenset()
+        foreign = sync.foreign
         newcomers = tuple(m for m in new if m not in old or m in foreign)
         self.joined_at = {m: e for m, e in self.joined_at.items() if m in commit.view}
         self.joined_at.update(dict.fromkeys(newcomers, commit.view.epoch))
@@ -479,45 +457,10 @@ class GroupStack:
         # the new view's order starts after the cut and after what was rolled back
         self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0)) for m in new})
         self._happen(Installed(old, commit.view, leavers), old.view_id)
-        self.limits, self.committing = None, None
-        self.void = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.rollback.items() if s in new}
-        self.withdrawn = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.withdrawn.items() if s in new}
-        held, self.held = self.held, []
-        self.held_senders, self.first_optimistic = set(), {}
-        left_out = new == (self.me,) and len(old.members) > 1
-        kept: list[Message] = []
-        tag = commit.view.epoch % 64
-        for message in held:
-            if message.sender in foreign:
-                continue  # its records come afresh after the cut, in the new view
-            if message.optimistic and message.epoch_tag != tag and commit.moved_on(message.sender, old):
-                continue  # sent under the view we missed: its members delivered it there (or rolled it back)
-            if message.optimistic and (message.last or message.seq) <= commit.cut.get(message.sender, 0):
-                # Held here, yet within the cut: the members that installed the
-                # view it was sent under (we and its sender missed that view)
-                # hold or delivered it there. Delivering it now would put it in
-                # a second view, one that may lack members of its optimistic
-                # view (randomized total-order machine, seed 567377617).
-                if message.sender == self.me:
-                    self.fate_unknown += 1
-                continue
-            if message.sender not in new or left_out:
-                if message.sender != self.me:
-                    continue
-                if self._maybe_delivered_elsewhere(message):
-                    self.fate_unknown += 1
-                else:
-                    self._happen(RolledBack(message))  # sent under a view we are not in
-                continue
-            if self._withdrawn(message):
-                self._drop_withdrawn(message)
-                continue
-            if self._rolled_back(message):
-                self._happen(RolledBack(message))
-                continue
-            kept.append(message)
-        self._release(self._order(self._pass_gate(kept)))  # a later change's messages stay held
-        self.abandoned = None
+        kept, rolled_back = sync.settle(commit, old, new, foreign, left_out=new == (self.me,) and len(old.members) > 1)
+        for message in rolled_back:
+            self._happen(RolledBack(message))
+        self._release(self._order(sync.gate(kept, self.view.epoch)))  # a later change's messages stay held
         self._happen(None)
         if newcomers and self.next_beacon is not None:
             # A view that grew announces itself at once: a lower coordinator
@@ -537,36 +480,6 @@ class GroupStack:
         if event is not None:
             self.events.append(event)
 
-    def _maybe_delivered_elsewhere(self, message: Message) -> bool:
-        """Our held message, as we start again alone (left out of a change, or
-        leaving a committed view we could not complete): unless a commit we
-        know rolled it back, the members that went on may deliver it (virtual
-        synchrony: a member that drops out of a view does not learn the fate
-        of its last messages). A member that answered a proposal, sent under
-        it and missed its COMMIT is left out by the next change; the others
-        had delivered what it sent, so it must not call that rolled back."""
-        abandoned = self.abandoned
-        if abandoned is None:
-            return True
-        return not abandoned.cut.get(self.me, 0) < message.seq <= abandoned.rollback.get(self.me, 0)
-
-    def _rolled_back(self, message: Message) -> bool:
-        low, high = self.void.get(message.sender, (0, 0))
-        return low < message.seq <= high
-
-    def _withdrawn(self, message: Message) -> bool:
-        low, high = self.withdrawn.get(message.sender, (0, 0))
-        return low < message.seq <= high
-
-    def _drop_withdrawn(self, message: Message) -> None:
-        """Sent under a proposal that another view may have installed (and
-        delivered it in): not ours to deliver, nor to call rolled back. Its
-        sender counts it as of unknown fate."""
-        if message.sender == self.me:
-            self.fate_unknown += 1
-        else:
-            self.discarded += 1
-
     def _drain_old_view(self, left_out: bool = False) -> None:
         """Deliver everything up to the cut in the old view; ordered groups
         stop waiting for promises (every member holds the same cut). A member
@@ -577,11 +490,11 @@ class GroupStack:
         self.events += [Delivered(m, view_id) for m in self.released]
         self.released = []
         if self.ordering is not None and left_out:
-            self.discarded += len(self.ordering.waiting_ids())
+            self.sync.discarded += len(self.ordering.waiting_ids())
         elif self.ordering is not None:
             delivered, discarded = self.ordering.drain()
             self.events += [Delivered(_message(m), view_id) for m in delivered]
-            self.discarded += len(discarded)
+            self.sync.discarded += len(discarded)
 
     def suspect(self, member: int) -> bool:
         """The detector suspects ``member``; returns whether it is in our view."""
@@ -617,7 +530,7 @@ class GroupStack:
     def send(self, payload: bytes, now: float) -> tuple[int, list[Out], View | None]:
         """Number and buffer one multicast; returns its seq, the transport's
         outputs and the optimistic view it is sent under (None: our view)."""
-        optimistic = self.agreement.optimistic_view() if self.limits is not None else None
+        optimistic = self.agreement.optimistic_view() if self.sync.changing else None
         seq, outputs = self.stream.send(payload, now, None if optimistic is None else optimistic.epoch)
         self.last_send = now
         return seq, outputs, optimistic
@@ -629,7 +542,7 @@ class GroupStack:
         return self.unicast.send(member, payload, now)
 
     def ready_at(self, now: float) -> float | None:
-        if self.limits is not None and not self.optimistic:
+        if self.sync.changing and not self.optimistic:
             return None  # pessimistic mode: sends wait for the new view
         delay = self.stream.send_delay()
         return None if delay is None else max(now, self.last_send + delay)
@@ -665,7 +578,7 @@ class GroupStack:
         records = outputs[0].records if outputs and isinstance(outputs[0], OutRecords) else ()
         self.own_last = records[-1].seq if records else seq
         acks = records[0].acks if records else ()
-        proposal = self.agreement.optimistic_view() if self.limits is not None else None
+        proposal = self.agreement.optimistic_view() if self.sync.changing else None
         tag = proposal.epoch % 64 if proposal is not None else 0
         message = tuple.__new__(Message, (self.me, seq, acks, payload, self.own_last, proposal is not None, tag))
         if self.ordering is None:
@@ -673,8 +586,8 @@ class GroupStack:
         # Ordered groups: into the order now, but what became deliverable is
         # asked at the flush (``take_outbox``), once per batch of sends: a
         # message of ours waits for the others' promises anyway.
-        passed = self._pass_gate([message]) if self.limits is not None or self.held_senders or message.optimistic \
-            else [message]
+        sync = self.sync
+        passed = sync.gate([message], self.view.epoch) if sync.gating([message]) else [message]
         for own in passed:
             self.ordering.add(tuple.__new__(OrderedMessage, (own.sender, own.seq, own.last or own.seq, own.acks, own)))
         self._order_due = True
@@ -694,10 +607,13 @@ class GroupStack:
     def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
         """Messages from the transport, in FIFO order per sender; returns those
         that may be delivered now, in delivery order."""
-        if self.void or self.withdrawn:
-            messages = self._drop_void(messages)
-        if self.limits is not None or self.held_senders or any(m.optimistic for m in messages):
-            messages = self._pass_gate(messages)
+        sync = self.sync
+        if sync.void or sync.withdrawn:
+            messages, rolled_back = sync.screen(messages)
+            for message in rolled_back:
+                self._happen(RolledBack(message))
+        if sync.gating(messages):
+            messages = sync.gate(messages, self.view.epoch)
         if self.ordering is None:
             return messages
         self._release(self._order(messages))
@@ -705,45 +621,6 @@ class GroupStack:
             self._watch_blocker(now)
         released, self.released = self.released, []
         return released
-
-    def _drop_void(self, messages: list[Message]) -> list[Message]:
-        """Rolled-back (or withdrawn) messages that reach us only after the install (we joined
-        in that view and fetch the sender's stream from the cut)."""
-        kept = []
-        for message in messages:
-            if self._withdrawn(message):
-                self._drop_withdrawn(message)
-            elif self._rolled_back(message):
-                self._happen(RolledBack(message))
-            else:
-                kept.append(message)
-        return kept
-
-    def _pass_gate(self, messages: list[Message]) -> list[Message]:
-        """During a view change only messages within the snapshot (later: the
-        cut) belong to the old view; the rest wait for the new one. FIFO per
-        sender keeps a sender's later messages behind its first held one."""
-        limits = self.limits
-        passed: list[Message] = []
-        for message in messages:
-            sender = message.sender
-            pending = self._pending_optimistic(message)
-            if pending:
-                self.first_optimistic.setdefault(sender, message.seq)
-            if not pending and sender not in self.held_senders and (
-                    limits is None or (message.last or message.seq) <= limits.get(sender, 0)):
-                passed.append(message)
-            else:
-                self.held.append(message)
-                self.held_senders.add(sender)
-        return passed
-
-    def _pending_optimistic(self, message: Message) -> bool:
-        """Sent under the optimistic view of a change not yet installed here:
-        its proposed epoch is ahead of ours (modulo 64). A proposal of an epoch
-        we have reached was superseded by the one we installed; its messages
-        belong to that change (delivered, or rolled back by its commit)."""
-        return message.optimistic and 0 < (message.epoch_tag - self.view.epoch) % 64 < 32
 
     def _order(self, messages: list[Message]) -> list[Message]:
         if self.ordering is None:
@@ -761,7 +638,7 @@ class GroupStack:
         snapshot (answered a proposal, no commit yet): our flush reported what
         we delivered so far, and the commit's cut must cover all a member
         delivered in the view it closes (``Commit.foreign``)."""
-        if self.ordering is None or (self.limits is not None and self.committing is None):
+        if self.ordering is None or self.sync.frozen:
             return []
         self._order_due = False
         return [_message(m) for m in self.ordering.deliverable()]
@@ -833,7 +710,7 @@ class GroupStack:
     def next_deadline(self) -> float | None:
         earliest = self.stream.next_deadline()
         for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline(), self._request_at,
-                         self.agreement.next_deadline(), self._commit_deadline if self.committing else None):
+                         self.agreement.next_deadline(), self.sync.deadline if self.completing() else None):
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
         return earliest

@@ -368,7 +368,7 @@ class Node:
 
     def changing_view(self, group: str) -> bool:
         """A view change of ``group`` is under way here: sends are optimistic."""
-        return self._group(group).limits is not None
+        return self._group(group).sync.changing
 
     def order_of(self, group: str) -> Order:
         return self._group(group).order
@@ -413,7 +413,7 @@ class Node:
         kind = _RECORD_KINDS[header.msg_type]
         for message in state.on_records(header.sender, records, kind, now):
             self._deliver(out, state, message, None)
-        if state.committing is not None:
+        if state.completing():
             self._route(out, state, state.progress(now))
         if state.events:
             self._drain(out, state, now)

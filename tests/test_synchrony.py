@@ -1,0 +1,120 @@
+"""The view-change state machine (sgcs/membership/synchrony.py): its
+transition table, the gate, and what a settled change does with each held
+message. The randomized membership machines drive it through whole groups;
+these pin down each rule on its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from sgcs.membership.agreement import Commit, View
+from sgcs.membership.synchrony import TRANSITIONS, Phase, Step, TransitionError, ViewChange
+from sgcs.transport.records import Message
+
+OLD = View.of(3, (1, 2, 3))
+
+
+def msg(sender: int, seq: int, optimistic: bool = False, epoch: int = 0) -> Message:
+    return Message(sender, seq, (), b"x", 0, optimistic, epoch % 64)
+
+
+def commit(members: tuple[int, ...], cut: dict[int, int], rollback: dict[int, int] | None = None,
+           withdrawn: dict[int, int] | None = None, epoch: int = 4) -> Commit:
+    return Commit(View.of(epoch, members), cut, rollback or {}, 1, 1, withdrawn=withdrawn or {})
+
+
+def test_every_phase_is_reachable_and_every_step_used() -> None:
+    assert {after for after in TRANSITIONS.values()} | {Phase.STABLE} == set(Phase)
+    assert {step for _, step in TRANSITIONS} == set(Step)
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+@pytest.mark.parametrize("step", list(Step))
+def test_a_step_outside_the_table_is_refused(phase: Phase, step: Step) -> None:
+    change = ViewChange(1)
+    change.phase = phase
+    if (phase, step) in TRANSITIONS:
+        change._step(step)
+        assert change.phase is TRANSITIONS[phase, step]
+    else:
+        with pytest.raises(TransitionError, match=step.value):
+            change._step(step)
+        assert change.phase is phase
+
+
+def test_a_full_change_walks_the_phases() -> None:
+    change = ViewChange(1)
+    change.freeze({1: 5, 2: 7})
+    assert change.phase is Phase.FROZEN and change.frozen and change.changing
+    c = commit((1, 2), {1: 6, 2: 7})
+    assert change.begin(c, {1: 6, 2: 7}, frozenset(), 3) == []
+    assert change.phase is Phase.COMPLETING and not change.frozen
+    assert change.install() is c and change.phase is Phase.INSTALLING
+    assert change.settle(c, OLD, (1, 2), frozenset(), left_out=False) == ([], [])
+    assert change.phase is Phase.STABLE and not change.changing and change.commit is None
+
+
+def test_the_gate_holds_past_the_snapshot_and_keeps_fifo() -> None:
+    change = ViewChange(1)
+    change.freeze({2: 5})
+    passed = change.gate([msg(2, 5), msg(2, 6), msg(3, 1)], epoch=3)
+    assert passed == [msg(2, 5)]  # 2's 6 past its snapshot; 3 not in the snapshot at all
+    assert change.gate([msg(2, 4)], epoch=3) == []  # behind a held message of the same sender
+    assert [m.seq for m in change.held] == [6, 1, 4]
+
+
+def test_optimistic_messages_of_a_change_not_seen_here_are_held_even_when_stable() -> None:
+    change = ViewChange(1)
+    early = msg(2, 9, optimistic=True, epoch=4)
+    assert change.gating([early])
+    assert change.gate([early, msg(2, 10)], epoch=3) == []
+    assert change.snapshot({2: 12, 3: 4}) == {2: 8, 3: 4}  # our flush stops short of it
+    superseded = msg(3, 2, optimistic=True, epoch=3)  # a proposal of an epoch we reached
+    assert change.gate([superseded], epoch=3) == [superseded]
+
+
+def test_settle_sorts_held_messages() -> None:
+    change = ViewChange(1)
+    change.freeze({1: 0, 2: 0, 3: 0})
+    for m in (msg(1, 1, True, 4), msg(2, 1, True, 4), msg(2, 2, True, 4), msg(3, 1, True, 4)):
+        change.gate([m], epoch=3)
+    c = commit((1, 2), cut={}, rollback={1: 1}, withdrawn={2: 1})
+    change.begin(c, {1: 0, 2: 0, 3: 0}, frozenset(), 3)
+    change.install()
+    kept, rolled_back = change.settle(c, OLD, (1, 2), frozenset(), left_out=False)
+    assert kept == [msg(2, 2, True, 4)]  # past the withdrawn range: delivered in the new view
+    assert rolled_back == [msg(1, 1, True, 4)]  # our own, rolled back by the commit
+    assert change.discarded == 1  # 2's first, withdrawn; 3 left the view, its message goes too
+    assert change.void == {1: (0, 1)} and change.withdrawn == {2: (0, 1)}
+    later, back = change.screen([msg(1, 1), msg(1, 2), msg(2, 1)])
+    assert later == [msg(1, 2)] and back == [msg(1, 1)] and change.discarded == 2
+
+
+def test_a_held_message_within_the_cut_is_never_delivered_twice() -> None:
+    change = ViewChange(1)
+    change.freeze({1: 0, 2: 0})
+    own = msg(1, 3, True, 4)
+    change.gate([own, msg(2, 1, True, 4)], epoch=3)
+    c = commit((1, 2), cut={1: 3, 2: 1})
+    change.begin(c, {1: 3, 2: 1}, frozenset(), 3)
+    change.install()
+    assert change.settle(c, OLD, (1, 2), frozenset(), left_out=False) == ([], [])
+    assert change.fate_unknown == 1  # ours: the members of the view we missed hold or delivered it
+
+
+def test_giving_up_keeps_own_messages_of_the_abandoned_view_of_unknown_fate() -> None:
+    change = ViewChange(1)
+    change.freeze({1: 0, 2: 0})
+    change.gate([msg(1, 1, True, 4), msg(1, 2, True, 4)], epoch=3)
+    c = commit((1, 2), cut={}, rollback={1: 1})
+    change.begin(c, {1: 0, 2: 0}, frozenset(), 3)
+    assert not change.overdue(10.0, view_timeout=1.0) and change.deadline == 12.0
+    assert not change.overdue(11.9, view_timeout=1.0) and change.overdue(12.0, view_timeout=1.0)
+    assert change.give_up() is c and change.phase is Phase.FROZEN
+    alone = Commit(View.of(4, (1,)), {}, {}, 1, 0)
+    change.begin_alone(alone)
+    change.install()
+    kept, rolled_back = change.settle(alone, OLD, (1,), frozenset(), left_out=True)
+    # seq 1 the abandoned commit rolled back: we may say so; seq 2 its members may deliver
+    assert kept == [] and rolled_back == [msg(1, 1, True, 4)] and change.fate_unknown == 1
+    assert change.abandoned is None
