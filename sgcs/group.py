@@ -46,7 +46,7 @@ from .membership.synchrony import ViewChange
 from .ordering.total import OrderedMessage, OrderingLayer
 from .transport.framing import RESERVED_ACKS, fragment_size, pack
 from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
-from .transport.reliable import ReliableStream, TransportParams
+from .transport.reliable import ReliableStream, StreamStatistics, TransportParams
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
 from .wire import (
     ORDER_CODES,
@@ -63,16 +63,18 @@ from .wire import (
 Frame = tuple[MsgType, "int | None", Flag, bytes]
 
 
-# The group's one output channel to the node besides its frames: what a view
-# change did, in the order the application must see it.
+# The group's one output channel to the node besides its frames (``take_events``):
+# deliveries and what view changes did, in the order the application must see them.
 
 
 @dataclass(frozen=True, slots=True)
 class Delivered:
-    """Deliver ``message`` in the view ``view_id`` (during a change, the old one)."""
+    """Deliver ``messages``, in this order, in the view ``view_id`` (during a
+    change, the old one). ``unicast``: addressed to us alone."""
 
-    message: Message
+    messages: tuple[Message, ...]
     view_id: str
+    unicast: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,11 +182,8 @@ class GroupStack:
             # and idle members promise by multicasting their ACKs (nulls)
             params = dataclasses.replace(params, max_acks=1 << 20, ack_nulls=True)
         self.ordering = self._new_ordering({})
-        self.released: list[Message] = []
-        """Messages the ordering layer let go, for the node to deliver."""
         self.events: list[GroupEvent] = []
-        """View events and the deliveries around them, in the order the node
-        must report them (deliveries outside a change go by ``released``)."""
+        """Deliveries and view events, in the order the node must report them."""
         self.sync = ViewChange(me)
         """The view-change state: its phase, what is held, rolled back, withdrawn."""
         self.own_last = 0
@@ -272,13 +271,16 @@ class GroupStack:
         ordered = [] if self.ordering is None else self.ordering.waiting_ids()
         return [(m.sender, m.seq) for m in self.sync.held], ordered
 
-    def note_delivered(self, sender: int, high: int) -> None:
-        """The node delivered ``sender``'s multicasts up to record ``high`` (see ``delivered_high``)."""
-        self.delivered_high[sender] = high
-
     def take_events(self) -> list[GroupEvent]:
+        """What the node must report, in order; the group forgets it."""
         events, self.events = self.events, []
         return events
+
+    def stream_statistics(self) -> StreamStatistics:
+        return self.stream.statistics()
+
+    def unicast_retransmissions(self) -> int:
+        return self.unicast.retransmissions
 
     @property
     def fate_unknown(self) -> int:
@@ -305,7 +307,7 @@ class GroupStack:
             elif isinstance(output, Freeze):
                 self.sync.freeze(output.limits)
                 self.stream.stability_cap = dict(output.limits)
-                self._happen(OptimisticBegan(output.optimistic))
+                self.events.append(OptimisticBegan(output.optimistic))
             elif isinstance(output, Commit):
                 frames += self._begin_commit(output, now)
         return [f for f in frames if not (isinstance(f, CtlSend) and f.dst == self.me)]
@@ -456,12 +458,10 @@ class GroupStack:
         frames = self.agreement.installed(commit, now)
         # the new view's order starts after the cut and after what was rolled back
         self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0)) for m in new})
-        self._happen(Installed(old, commit.view, leavers), old.view_id)
+        self.events.append(Installed(old, commit.view, leavers))
         kept, rolled_back = sync.settle(commit, old, new, foreign, left_out=new == (self.me,) and len(old.members) > 1)
-        for message in rolled_back:
-            self._happen(RolledBack(message))
+        self.events += [RolledBack(message) for message in rolled_back]
         self._release(self._order(sync.gate(kept, self.view.epoch)))  # a later change's messages stay held
-        self._happen(None)
         if newcomers and self.next_beacon is not None:
             # A view that grew announces itself at once: a lower coordinator
             # whose merge proposal the members refused as partial (it knew an
@@ -471,29 +471,17 @@ class GroupStack:
             self.next_beacon = now
         return self.on_agreement(frames, now)
 
-    def _happen(self, event: GroupEvent | None, view_id: str | None = None) -> None:
-        """Record a view event (None: none, only flush the deliveries) after
-        the deliveries released before it."""
-        view_id = view_id or self.view.view_id
-        self.events += [Delivered(m, view_id) for m in self.released]
-        self.released = []
-        if event is not None:
-            self.events.append(event)
-
     def _drain_old_view(self, left_out: bool = False) -> None:
         """Deliver everything up to the cut in the old view; ordered groups
         stop waiting for promises (every member holds the same cut). A member
         left out of the commit holds no agreed cut: what its order still
         waits for cannot be placed as the others placed it (their timestamps
         may rest on records it never got), so it is discarded, not delivered."""
-        view_id = self.view.view_id
-        self.events += [Delivered(m, view_id) for m in self.released]
-        self.released = []
         if self.ordering is not None and left_out:
             self.sync.discarded += len(self.ordering.waiting_ids())
         elif self.ordering is not None:
             delivered, discarded = self.ordering.drain()
-            self.events += [Delivered(_message(m), view_id) for m in delivered]
+            self._release([_message(m) for m in delivered])
             self.sync.discarded += len(discarded)
 
     def suspect(self, member: int) -> bool:
@@ -564,15 +552,12 @@ class GroupStack:
         if self._order_due and self.ordering is not None:
             ordered = self._deliverable()
             self._watch_blocker(now)  # our message may wait on a promise that was lost
-            if self.events:  # after the view events already recorded
-                self.events += [Delivered(m, self.view.view_id) for m in ordered]
-            else:
-                self.released += ordered
+            self._release(ordered)
         return [OutRecords(None, tuple(records), "data")] if records else []
 
     # ------------------------------------------------------------------ receiving
 
-    def accept_own(self, seq: int, outputs: list[Out], payload: bytes) -> list[Message]:
+    def accept_own(self, seq: int, outputs: list[Out], payload: bytes) -> None:
         """Our own multicast, to deliver here too: at once in FIFO groups,
         otherwise when its order allows."""
         records = outputs[0].records if outputs and isinstance(outputs[0], OutRecords) else ()
@@ -582,7 +567,8 @@ class GroupStack:
         tag = proposal.epoch % 64 if proposal is not None else 0
         message = tuple.__new__(Message, (self.me, seq, acks, payload, self.own_last, proposal is not None, tag))
         if self.ordering is None:
-            return self.accept([message])
+            self.accept([message])
+            return
         # Ordered groups: into the order now, but what became deliverable is
         # asked at the flush (``take_outbox``), once per batch of sends: a
         # message of ours waits for the others' promises anyway.
@@ -591,36 +577,36 @@ class GroupStack:
         for own in passed:
             self.ordering.add(tuple.__new__(OrderedMessage, (own.sender, own.seq, own.last or own.seq, own.acks, own)))
         self._order_due = True
-        return []
 
-    def on_records(self, sender: int, records: tuple[Record, ...], kind: str, now: float) -> list[Message]:
-        """A datagram's multicast records of ``sender``: what may be delivered now, in order."""
-        return self.accept(self.stream.on_records(sender, records, kind, now), now)
+    def on_records(self, sender: int, records: tuple[Record, ...], kind: str, now: float) -> None:
+        """A datagram's multicast records of ``sender``: what may be delivered now goes to ``events``."""
+        self.accept(self.stream.on_records(sender, records, kind, now), now)
 
-    def on_unicast_records(self, sender: int, records: tuple[Record, ...],
-                           now: float) -> tuple[list[Message], UnicastAck]:
-        return self.unicast.on_records(sender, records, now)
+    def on_unicast_records(self, sender: int, records: tuple[Record, ...], now: float) -> UnicastAck:
+        """Unicast records to us: complete messages go to ``events``; returns our ACK."""
+        messages, ack = self.unicast.on_records(sender, records, now)
+        if messages:
+            self.events.append(Delivered(tuple(messages), self.view.view_id, True))
+        return ack
 
     def on_nack(self, src: int, sender: int, ranges: tuple[tuple[int, int], ...], pull: bool) -> list[Out]:
         return self.stream.on_nack(src, sender, ranges, pull)
 
-    def accept(self, messages: list[Message], now: float = 0.0) -> list[Message]:
-        """Messages from the transport, in FIFO order per sender; returns those
-        that may be delivered now, in delivery order."""
+    def accept(self, messages: list[Message], now: float = 0.0) -> None:
+        """Messages from the transport, in FIFO order per sender: those that
+        may be delivered now go to ``events``, in delivery order."""
         sync = self.sync
         if sync.void or sync.withdrawn:
             messages, rolled_back = sync.screen(messages)
-            for message in rolled_back:
-                self._happen(RolledBack(message))
+            self.events += [RolledBack(message) for message in rolled_back]
         if sync.gating(messages):
             messages = sync.gate(messages, self.view.epoch)
         if self.ordering is None:
-            return messages
+            self._release(messages)
+            return
         self._release(self._order(messages))
         if messages:
             self._watch_blocker(now)
-        released, self.released = self.released, []
-        return released
 
     def _order(self, messages: list[Message]) -> list[Message]:
         if self.ordering is None:
@@ -643,10 +629,6 @@ class GroupStack:
         self._order_due = False
         return [_message(m) for m in self.ordering.deliverable()]
 
-    def take_released(self) -> list[Message]:
-        released, self.released = self.released, []
-        return released
-
     def _watch_blocker(self, now: float) -> None:
         """A message waiting on one member's promise for 3 ACK intervals means
         that promise was probably lost: ask that member for a fresh one."""
@@ -664,7 +646,13 @@ class GroupStack:
         return [OutDigest(member, ((member, self.stream.contig_of(member)),))]
 
     def _release(self, messages: list[Message]) -> None:
-        self.released += messages
+        """Hand ``messages`` to the node for delivery in our current view. A
+        flush reports the last of each sender's we delivered (``delivered_high``)."""
+        if messages:
+            high = self.delivered_high
+            for message in messages:
+                high[message.sender] = message.last or message.seq
+            self.events.append(Delivered(tuple(messages), self.view.view_id))
 
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float,
                    aggregate: tuple[int, int, tuple[tuple[int, int], ...]] | None = None) -> list:

@@ -250,9 +250,9 @@ class Node:
                         view_id=(optimistic or state.view).view_id, optimistic=optimistic is not None,
                         size=len(payload))
         state.queue(outputs, now)  # flushed by handle_timeout, with whatever else is sent meanwhile
-        for message in state.accept_own(seq, outputs, payload):
-            self._deliver(out, state, message, None)
-        self._drain(out, state, now)
+        state.accept_own(seq, outputs, payload)
+        if state.events:
+            self._drain(out, state, now)
         if state.outbox_full():
             self._flush(out, state, now)
         return out
@@ -379,7 +379,7 @@ class Node:
 
     def statistics(self) -> NodeStatistics:
         c = self._counts
-        streams = [g.stream.statistics() for g in self._groups.values()]
+        streams = [g.stream_statistics() for g in self._groups.values()]
 
         def total(name: str) -> int:
             return sum(getattr(s, name) for s in streams)
@@ -396,7 +396,7 @@ class Node:
             gossip_pushes=total("gossip_pushes"), repaired_by_nack=total("repaired_by_nack"),
             repaired_by_gossip=total("repaired_by_gossip"), buffered=total("buffered"),
             peak_buffered=total("peak_buffered"),
-            unicast_retransmissions=sum(g.unicast.retransmissions for g in self._groups.values()),
+            unicast_retransmissions=sum(g.unicast_retransmissions() for g in self._groups.values()),
             groups=len(self._groups), fate_unknown=sum(g.fate_unknown for g in self._groups.values()),
         )
 
@@ -411,8 +411,7 @@ class Node:
             return []
         out: list[Action] = []
         kind = _RECORD_KINDS[header.msg_type]
-        for message in state.on_records(header.sender, records, kind, now):
-            self._deliver(out, state, message, None)
+        state.on_records(header.sender, records, kind, now)
         if state.completing():
             self._route(out, state, state.progress(now))
         if state.events:
@@ -429,9 +428,9 @@ class Node:
         if header.sender not in state.view:
             return []  # not (or no longer) a member: its unicasts wait for a shared view
         out: list[Action] = []
-        messages, ack = state.on_unicast_records(header.sender, records, now)
-        for message in messages:
-            self._deliver(out, state, message, self.id)
+        ack = state.on_unicast_records(header.sender, records, now)
+        if state.events:
+            self._drain(out, state, now)
         self._route(out, state, [ack])
         return out
 
@@ -453,8 +452,6 @@ class Node:
         out: list[Action] = []
         if state is not None:
             self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now, aggregate))
-            for message in state.take_released():
-                self._deliver(out, state, message, None)
             if state.events:
                 self._drain(out, state, now)
         return out
@@ -628,15 +625,15 @@ class Node:
                 out.append(MemberBusy(state.name, member))
 
     def _drain(self, out: list[Action], state: GroupStack, now: float) -> None:
-        """Report what a view change did, in order: old-view deliveries, the
-        optimistic view, the new view, rollbacks and new-view deliveries."""
-        for message in state.take_released():
-            self._deliver(out, state, message, None)
-        events = state.take_events()
+        """Report what the group did, in order: deliveries and, around a view
+        change, old-view deliveries, the optimistic view, the new view,
+        rollbacks and new-view deliveries."""
         installed = False
-        for event in events:
+        for event in state.take_events():
             if type(event) is Delivered:
-                self._deliver(out, state, event.message, None, event.view_id)
+                dest, view_id = self.id if event.unicast else None, event.view_id
+                for message in event.messages:
+                    self._deliver(out, state, message, dest, view_id)
             elif type(event) is OptimisticBegan:
                 view = event.view
                 out.append(OptimisticView(state.name, view.view_id, view.members))
@@ -650,8 +647,6 @@ class Node:
                 out.append(Rollback(state.name, ((message.sender, message.seq),)))
                 self._trace(out, "rollback", group=state.name, sender=message.sender, seq=message.seq,
                             order=state.order.value, view_id=state.view.view_id)
-        for message in state.take_released():
-            self._deliver(out, state, message, None)
         if installed:
             self._watch(now)
 
@@ -666,11 +661,8 @@ class Node:
         self._trace(out, "view", group=state.name, view_id=new.view_id, members=new.members, optimistic=False)
 
     def _deliver(self, out: list[Action], state: GroupStack, message: Message, dest: int | None,
-                 view_id: str | None = None) -> None:
+                 view_id: str) -> None:
         self._counts["delivered"] += 1
-        if dest is None:  # a sender's multicasts are delivered in order: the last is the highest
-            state.note_delivered(message.sender, message.last or message.seq)
-        view_id = view_id or state.view.view_id
         out.append(tuple.__new__(Deliver, (message.sender, message.seq, message.payload, view_id, state.name, dest)))
         if self.trace:
             self._trace(out, "deliver", group=state.name, sender=message.sender, seq=message.seq,
@@ -679,7 +671,7 @@ class Node:
 
     def _flush(self, out: list[Action], state: GroupStack, now: float) -> None:
         self._route(out, state, state.take_outbox(now))
-        if state.released or state.events:  # own messages of an ordered group, ordered at the flush
+        if state.events:  # own messages of an ordered group, ordered at the flush
             self._drain(out, state, now)
 
     def _route(self, out: list[Action], state: GroupStack, outputs: list) -> None:

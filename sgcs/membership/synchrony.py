@@ -86,10 +86,6 @@ class Fate(Enum):
     GONE = "gone"
 
 
-class TransitionError(AssertionError):
-    """A step the phase does not allow: a bug in the caller, never input."""
-
-
 class ViewChange:
     """The view-change state of one group on one member, with its phase."""
 
@@ -131,9 +127,10 @@ class ViewChange:
     # ------------------------------------------------------------------ phases
 
     def _step(self, step: Step) -> None:
+        # a step the phase does not allow is a bug in the caller, never input
         after = TRANSITIONS.get((self.phase, step))
         if after is None:
-            raise TransitionError(f"view change: {step.value} is not allowed when {self.phase.value}")
+            raise AssertionError(f"view change: {step.value} is not allowed when {self.phase.value}")
         self.phase = after
 
     @property
