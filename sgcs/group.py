@@ -377,13 +377,14 @@ class GroupStack:
 
     def completing(self) -> bool:
         """A commit is being completed here (its cut fetched, then installed)."""
-        return self.sync.commit is not None
+        return self.sync.completing
 
     def _begin_commit(self, commit: Commit, now: float) -> list:
         """SGCS section 4.2, phase 2: the commit names the cut. Fetch every
         stream up to it and deliver that in the old view."""
+        assert commit is self.agreement.committing  # the agreement keeps the one record of it
         if commit.view.members == (self.me,) and not commit.cut:
-            self.sync.begin_alone(commit)
+            self.sync.begin_alone()
             return self._install(now)  # left out: start again alone
         old = self.view.members
         # A FIFO member that lags (it missed the commit of our view) is ours up
@@ -399,7 +400,7 @@ class GroupStack:
         # explore.py seed 1682738745: a restarted sender's last record,
         # delivered by two members of the closing view and not by a third)
         limits = {s: commit.foreign.get(s, 0) if s in foreign else commit.cut.get(s, 0) for s in old}
-        passed = self.sync.begin(commit, limits, foreign, self.view.epoch)
+        passed = self.sync.begin(limits, foreign, self.view.epoch)
         for sender in old:
             self.stream.expect(sender, limits[sender], now)
         self.stream.stability_cap = dict(limits)
@@ -424,21 +425,23 @@ class GroupStack:
         cut. If that takes ``2 * view_timeout`` (the last holder of a record
         is gone, or the group moved on), give up: start again alone and merge
         back, which keeps every view we install consistent."""
-        sync = self.sync
-        if sync.commit is None:
+        sync, commit = self.sync, self.agreement.committing
+        if not sync.completing or commit is None:
             return []
         limits = sync.limits or {}
         if all(self.stream.contig_of(s) >= limits.get(s, 0) for s in self.view.members if s != self.me):
             return self._install(now)
         if sync.overdue(now, self.agreement.view_timeout):
-            return self.on_agreement(self.agreement.give_up(sync.give_up()), now)
+            sync.give_up(commit)
+            return self.on_agreement(self.agreement.give_up(commit), now)
         return []
 
     def _install(self, now: float) -> list:
         """SGCS section 4.2, phase 3: the old view's messages are delivered;
         install the new view and sort out what was held for it."""
-        sync = self.sync
-        commit = sync.install()
+        sync, commit = self.sync, self.agreement.committing
+        assert commit is not None
+        sync.install()
         old = self.view
         new = commit.view.members
         # left out (a commit without us, missed or abandoned): a singleton

@@ -47,11 +47,12 @@ def test_a_full_change_walks_the_phases() -> None:
     change.freeze({1: 5, 2: 7})
     assert change.phase is Phase.FROZEN and change.frozen and change.changing
     c = commit((1, 2), {1: 6, 2: 7})
-    assert change.begin(c, {1: 6, 2: 7}, frozenset(), 3) == []
+    assert change.begin({1: 6, 2: 7}, frozenset(), 3) == []
     assert change.phase is Phase.COMPLETING and not change.frozen
-    assert change.install() is c and change.phase is Phase.INSTALLING
+    change.install()
+    assert change.phase is Phase.INSTALLING and change.completing
     assert change.settle(c, OLD, (1, 2), frozenset(), left_out=False) == ([], [])
-    assert change.phase is Phase.STABLE and not change.changing and change.commit is None
+    assert change.phase is Phase.STABLE and not change.changing and not change.completing
 
 
 def test_the_gate_holds_past_the_snapshot_and_keeps_fifo() -> None:
@@ -79,7 +80,7 @@ def test_settle_sorts_held_messages() -> None:
     for m in (msg(1, 1, True, 4), msg(2, 1, True, 4), msg(2, 2, True, 4), msg(3, 1, True, 4)):
         change.gate([m], epoch=3)
     c = commit((1, 2), cut={}, rollback={1: 1}, withdrawn={2: 1})
-    change.begin(c, {1: 0, 2: 0, 3: 0}, frozenset(), 3)
+    change.begin({1: 0, 2: 0, 3: 0}, frozenset(), 3)
     change.install()
     kept, rolled_back = change.settle(c, OLD, (1, 2), frozenset(), left_out=False)
     assert kept == [msg(2, 2, True, 4)]  # past the withdrawn range: delivered in the new view
@@ -96,7 +97,7 @@ def test_a_held_message_within_the_cut_is_never_delivered_twice() -> None:
     own = msg(1, 3, True, 4)
     change.gate([own, msg(2, 1, True, 4)], epoch=3)
     c = commit((1, 2), cut={1: 3, 2: 1})
-    change.begin(c, {1: 3, 2: 1}, frozenset(), 3)
+    change.begin({1: 3, 2: 1}, frozenset(), 3)
     change.install()
     assert change.settle(c, OLD, (1, 2), frozenset(), left_out=False) == ([], [])
     assert change.fate_unknown == 1  # ours: the members of the view we missed hold or delivered it
@@ -107,12 +108,13 @@ def test_giving_up_keeps_own_messages_of_the_abandoned_view_of_unknown_fate() ->
     change.freeze({1: 0, 2: 0})
     change.gate([msg(1, 1, True, 4), msg(1, 2, True, 4)], epoch=3)
     c = commit((1, 2), cut={}, rollback={1: 1})
-    change.begin(c, {1: 0, 2: 0}, frozenset(), 3)
+    change.begin({1: 0, 2: 0}, frozenset(), 3)
     assert not change.overdue(10.0, view_timeout=1.0) and change.deadline == 12.0
     assert not change.overdue(11.9, view_timeout=1.0) and change.overdue(12.0, view_timeout=1.0)
-    assert change.give_up() is c and change.phase is Phase.FROZEN
+    change.give_up(c)
+    assert change.phase is Phase.FROZEN and change.abandoned is c
     alone = Commit(View.of(4, (1,)), {}, {}, 1, 0)
-    change.begin_alone(alone)
+    change.begin_alone()
     change.install()
     kept, rolled_back = change.settle(alone, OLD, (1,), frozenset(), left_out=True)
     # seq 1 the abandoned commit rolled back: we may say so; seq 2 its members may deliver

@@ -300,6 +300,8 @@ class ViewAgreement:
         self.commit_wait: float | None = None
         self.coordination: _Coordination | None = None
         self.committing: Commit | None = None
+        """The commit this member decided or accepted, until the group installs
+        it: the one record of it (``synchrony.ViewChange`` completes it)."""
         self.suspected: set[int] = set()
         """Members the failure detector is confirming (kept by the node)."""
         self._deferred_since: float | None = None
@@ -567,7 +569,8 @@ class ViewAgreement:
         if self.me not in members:
             if self.me in self.view.members and src in self.view.members \
                     and (self.accepted is None or self.accepted.key <= key):
-                return [Commit(self._alone(msg.epoch), {}, {}, src, msg.attempt)]  # we were left out
+                self.committing = Commit(self._alone(msg.epoch), {}, {}, src, msg.attempt)  # we were left out
+                return [self.committing]
             return []
         if self.accepted is None or self.accepted.key != key:
             # Not the proposal we answered last: we moved on to a higher one

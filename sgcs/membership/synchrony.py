@@ -95,8 +95,6 @@ class ViewChange:
         self.limits: dict[int, int] | None = None
         """While changing: the highest record per sender deliverable in the old
         view (the snapshot while frozen, the cut or a foreign limit once committed)."""
-        self.commit: Commit | None = None
-        """The commit being completed (``COMPLETING`` and ``INSTALLING``)."""
         self.deadline: float | None = None
         """When completing the cut is given up (set at the first unfinished check)."""
         self.foreign: frozenset[int] = frozenset()
@@ -149,19 +147,25 @@ class ViewChange:
         self._step(Step.FREEZE)
         self.limits = snapshot
 
-    def begin(self, commit: Commit, limits: dict[int, int], foreign: frozenset[int], epoch: int) -> list[Message]:
-        """Complete ``commit``: deliver up to ``limits`` in the old view (of
-        ``epoch``). Returns the held messages that these limits let through."""
+    def begin(self, limits: dict[int, int], foreign: frozenset[int], epoch: int) -> list[Message]:
+        """Complete a commit (the agreement holds it): deliver up to ``limits``
+        in the old view (of ``epoch``). Returns the held messages that these
+        limits let through."""
         self._step(Step.COMMIT)
-        self.commit, self.deadline = commit, None
+        self.deadline = None
         self.limits, self.foreign = limits, foreign
         held, self.held, self.held_senders = self.held, [], set()
         return self.gate(held, epoch)
 
-    def begin_alone(self, commit: Commit) -> None:
+    def begin_alone(self) -> None:
         """A singleton commit with no cut (left out): installed at once."""
         self._step(Step.COMMIT)
-        self.commit, self.deadline = commit, None
+        self.deadline = None
+
+    @property
+    def completing(self) -> bool:
+        """A commit is being completed here (its cut fetched, then installed)."""
+        return self.phase is Phase.COMPLETING or self.phase is Phase.INSTALLING
 
     def overdue(self, now: float, view_timeout: float) -> bool:
         """The cut is still incomplete: whether to give up now (it took ``2 * view_timeout``)."""
@@ -170,17 +174,12 @@ class ViewChange:
             return False
         return now >= self.deadline
 
-    def give_up(self) -> Commit:
-        commit = self.commit
-        assert commit is not None
+    def give_up(self, commit: Commit) -> None:
         self._step(Step.GIVE_UP)
-        self.commit, self.abandoned = None, commit
-        return commit
+        self.abandoned = commit
 
-    def install(self) -> Commit:
+    def install(self) -> None:
         self._step(Step.INSTALL)
-        assert self.commit is not None
-        return self.commit
 
     def settle(self, commit: Commit, old: View, new: tuple[int, ...], foreign: frozenset[int],
                left_out: bool) -> tuple[list[Message], list[Message]]:
@@ -192,7 +191,7 @@ class ViewChange:
         self.withdrawn = {s: (commit.cut.get(s, 0), bound) for s, bound in commit.withdrawn.items() if s in new}
         held, self.held = self.held, []
         self.held_senders, self.first_optimistic = set(), {}
-        self.limits = self.commit = self.deadline = None
+        self.limits = self.deadline = None
         self.foreign = frozenset()
         kept: list[Message] = []
         rolled_back: list[Message] = []
