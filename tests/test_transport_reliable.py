@@ -5,6 +5,7 @@ and empties every buffer."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -181,3 +182,32 @@ def test_lying_ack_cannot_make_gap_listing_loop() -> None:
     out = a.on_timeout(1.0)
     nack = next(o for o in out if isinstance(o, OutNack))
     assert nack.ranges[-1][1] - nack.ranges[0][0] < 2**17
+
+
+@pytest.mark.parametrize("in_step", [False, True])
+def test_a_message_is_stable_everywhere_within_log2_n_rounds(in_step: bool) -> None:
+    """The stability all-reduce moves a value up one level per round, whatever
+    the members' phases (clocks are local): every level whose floors changed
+    goes out in the round, not when the member's cycle reaches it (it took
+    38 rounds at N = 128 when it waited)."""
+    from benchmarks.stability_rounds import measure
+
+    n = 100  # above ACK_MATRIX_MAX: the all-reduce alone
+    spans, digests = measure(n, seed=0, messages=5, latency=0.001, interval=0.1, in_step=in_step)
+    assert max(spans) <= math.ceil(math.log2(n)), spans
+    assert digests <= math.ceil(math.log2(n)), digests  # at most one per level per round
+
+
+def test_unchanged_stability_levels_are_not_sent_again() -> None:
+    members = tuple(range(100))
+    stream = ReliableStream(3, members, TransportParams(gossip_interval=0.1, max_members=4_096),
+                            random.Random(1), 0.0)
+    stream.send(b"x", 0.0)
+    rounds = []
+    for round_ in range(1, 4):
+        digests = [o for o in stream.on_timeout(round_ * 0.1 + 0.1) if isinstance(o, OutDigest)]
+        rounds.append(sorted((d.aggregate.level, bool(d.entries)) for d in digests))
+    assert len(rounds[0]) == 7  # all 7 levels are news at first; one carries the repair entries
+    assert sum(repair for _, repair in rounds[0]) == 1
+    assert [len(r) for r in rounds[1:]] == [1, 1]  # then only the round's own level, with its repair entries
+    assert all(repair for r in rounds[1:] for _, repair in r)

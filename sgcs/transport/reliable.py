@@ -224,6 +224,8 @@ class ReliableStream:
         2**k members that end 2**k positions before us (the latest value heard)."""
         self._others_floor: dict[int, int] = {}
         """Per sender, the minimum over all levels: what the others are known to hold."""
+        self._sent_floors: list[tuple[Ack, ...]] = []
+        """Per level, the floors we last sent there (unchanged ones are not sent again)."""
         self._acked: dict[int, dict[int, int]] | None = None
         """Small views (``ACK_MATRIX_MAX``): per member, per sender, the highest
         number that member ACKed (or, for its own stream, sent). The paper's
@@ -256,6 +258,7 @@ class ReliableStream:
         n = len(self.members)
         self._null_delay = min(self.params.ack_interval, self.params.promise_spacing * n)
         self._levels = [{} for _ in range(math.ceil(math.log2(n)) if n > 1 else 0)]
+        self._sent_floors = [() for _ in self._levels]
         self._others_floor = {}
         self._acked = {} if n <= ACK_MATRIX_MAX else None
         self._position = self._index[self.me]
@@ -615,27 +618,66 @@ class ReliableStream:
         return out
 
     def _gossip(self, now: float) -> list[Out]:
-        """This round's digest, to the hypercube target of level k = round mod depth.
-        The round is our own count: members share no clock (``now`` is local
-        to each node), so their cycles through the levels are out of phase and
-        a value may wait up to a cycle at each level (see README, "Clocks")."""
+        """This round's digest, to the hypercube target of level k = round mod
+        depth, with the repair entries; and, aggregate only, every other level
+        whose floors changed since we last sent it (its inputs, our own
+        numbers or the level below, rose). The round is our own count:
+        members share no clock (``now`` is local to each node), so their
+        cycles through the levels are out of phase, and a value that waited
+        for our cycle to reach its next level waited up to a whole cycle at
+        every level: 27 rounds instead of 7 at N = 128, members started
+        together (``benchmarks/stability_rounds.py``). Sent as soon as it
+        changes, a value climbs one level per round: ceil(log2 N) rounds in
+        all (5.5 at N = 128), for up to ceil(log2 N) digests per member per
+        round under load. Views small enough for the ACK matrix
+        (``ACK_MATRIX_MAX``) keep one digest per round: the ACKs make their
+        messages stable sooner than any gossip."""
         self._collect_garbage()
         self._retire_quiet_senders()
         senders = self._digest_senders()
         if not senders or not self._levels:
             return []
-        k = (self._round - 1) % len(self._levels)
-        target = self.members[(self._position + (1 << k)) % len(self.members)]
-        floors = tuple((s, self._window_floor(s, k)) for s in senders)
-        linger, sent = self._linger, ~(1 << k)
-        for sender in senders:
-            if sender in linger:
-                linger[sender] &= sent
-        # repair lists the same senders: a rotating subset delayed the repair of
-        # a lost first message by seconds at N = 1,000 (hundreds of senders unstable)
-        entries = tuple((s, self._contig_of(s)) for s in senders) if self.params.gossip_enabled else ()
+        depth = len(self._levels)
+        k = (self._round - 1) % depth
+        # Every level may have changed: each depends on our own numbers, which
+        # rise at any time, and on the levels below it.
+        floors = self._floors(senders)
+        direct = self._acked is not None  # small views learn stability from the ACKs: one level per round
         assert self._roster is not None
-        return [OutDigest(target, entries, Aggregate(k, self._roster.tag, floors))]
+        tag, linger = self._roster.tag, self._linger
+        out: list[Out] = []
+        for level in range(depth):
+            if level != k and (direct or floors[level] == self._sent_floors[level]):
+                continue
+            self._sent_floors[level] = floors[level]
+            for sender in senders:
+                if sender in linger:
+                    linger[sender] &= ~(1 << level)
+            # repair lists the same senders: a rotating subset delayed the repair of a
+            # lost first message by seconds at N = 1,000 (hundreds of senders unstable)
+            repair = level == k and self.params.gossip_enabled
+            entries = tuple((s, self._contig_of(s)) for s in senders) if repair else ()
+            target = self.members[(self._position + (1 << level)) % len(self.members)]
+            out.append(OutDigest(target, entries, Aggregate(level, tag, floors[level])))
+        return out
+
+    def _floors(self, senders: list[int]) -> list[tuple[Ack, ...]]:
+        """Per level, the floors of ``senders``: the lowest number held by the
+        2**level members ending at us. Our stable prefix bounds each from
+        below: every member of the view holds that much. (A member that learnt
+        stability from the ACK matrix, before the all-reduce completed, must
+        still pass it on: the others may depend on the gossip alone.) One pass
+        per sender over the levels."""
+        levels, stable = self._levels, self._stable
+        rows: list[list[Ack]] = [[] for _ in levels]
+        for sender in senders:
+            running = self._contig_of(sender)
+            low = stable.get(sender, 0)
+            for level, row in enumerate(rows):
+                if level:
+                    running = min(running, levels[level - 1].get(sender, 0))
+                row.append((sender, max(running, low)))
+        return [tuple(row) for row in rows]
 
     def _retire_quiet_senders(self) -> None:
         """A sender all stable here, whose lingering is over (every level sent
@@ -652,17 +694,6 @@ class ReliableStream:
             self._holders.pop(sender, None)
             for level in self._levels:
                 level.pop(sender, None)
-
-    def _window_floor(self, sender: int, levels: int) -> int:
-        """The lowest number of ``sender`` held by the 2**levels members ending
-        at us. Our stable prefix bounds it from below: every member of the view
-        holds that much. (A member that learnt stability from the ACK matrix,
-        before the all-reduce completed, must still pass it on: the others may
-        depend on the gossip alone.)"""
-        floor = self._contig_of(sender)
-        for level in self._levels[:levels]:
-            floor = min(floor, level.get(sender, 0))
-        return max(floor, self._stable.get(sender, 0))
 
     def _nulls(self, acks: list[Ack], now: float) -> list[Out]:
         self._counts["nulls"] += len(acks)

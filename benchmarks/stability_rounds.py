@@ -1,0 +1,182 @@
+"""Rounds from a multicast to its stability at every member, on the real
+``ReliableStream`` objects (the stability all-reduce of sgcs/transport/reliable.py).
+
+Usage::
+
+    python benchmarks/stability_rounds.py [--sizes 128,256,1024] [--seeds 3] [--messages 20]
+
+N streams, one per member, run in one discrete-event loop: every member's
+gossip timer starts at a random phase (members share no clock), datagrams
+take ``--latency`` seconds, nothing is lost. Member 0 multicasts one message
+per gossip interval (``--messages`` of them, after a warm-up); for each, the
+time until *every* member holds it as stable (its buffer dropped it) is
+measured in gossip intervals and compared with ceil(log2 N), the paper's
+bound (SGCS: stable once all members ACKed; the all-reduce needs one round
+per hypercube level). Also printed: digests sent per member per round (the
+cost). Views of at most 64 members also learn stability from the ACK matrix,
+so use N > 64 to see the all-reduce alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import random
+import statistics
+import time
+
+from sgcs.transport.records import OutDigest, OutNack, OutNull, OutRecords
+from sgcs.transport.reliable import ReliableStream, TransportParams
+
+WARM_UP = 0.5
+"""Seconds after the last member started before the first message."""
+
+
+class Harness:
+    def __init__(self, n: int, seed: int, latency: float, interval: float, spread: float) -> None:
+        rng = random.Random(seed)
+        self.latency, self.interval = latency, interval
+        params = TransportParams(gossip_interval=interval, max_members=max(n, 4_096))
+        members = tuple(range(n))
+        # members started up to ``spread`` apart: their round counts (hence
+        # the hypercube level of each round) are out of step, as in real life
+        starts = [rng.uniform(0, spread) for _ in members]
+        self.streams = [ReliableStream(i, members, params, random.Random(rng.random()), starts[i]) for i in members]
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.order = 0
+        self.timer = [math.inf] * n
+        self.digests = 0
+        self.now = 0.0
+        for i in members:
+            self._arm(i)
+            # a node's other timers (heartbeats) run its stream's timer every
+            # interval, busy or idle, so its round count follows its own time
+            self._push(starts[i] + interval * rng.random(), i, "tick")
+
+    def _push(self, at: float, member: int, event: object) -> None:
+        self.order += 1
+        heapq.heappush(self.heap, (at, self.order, member, event))
+
+    def _arm(self, member: int) -> None:
+        deadline = self.streams[member].next_deadline()
+        if deadline is not None and deadline < self.timer[member]:
+            deadline = max(deadline, self.now)  # a deadline already passed fires now
+            self.timer[member] = deadline
+            self._push(deadline, member, None)
+
+    def _route(self, src: int, outputs: list) -> None:
+        at = self.now + self.latency
+        for out in outputs:
+            if type(out) is OutRecords and out.dst is None:
+                for member in range(len(self.streams)):
+                    if member != src:
+                        self._push(at, member, ("records", src, out.records))
+            elif type(out) is OutRecords:
+                self._push(at, out.dst, ("records", src, out.records))
+            elif type(out) is OutDigest:
+                self.digests += 1
+                self._push(at, out.dst, ("digest", src, out))
+            elif type(out) is OutNack:
+                self._push(at, out.dst, ("nack", src, out))
+            elif type(out) is OutNull:
+                self._push(at, out.dst, ("acks", src, out.acks))
+
+    def _handle(self, member: int, event: object) -> None:
+        stream, now = self.streams[member], self.now
+        if event == "tick":
+            self._push(now + self.interval, member, "tick")
+            self._route(member, stream.on_timeout(now))
+        elif event is None:
+            if now < self.timer[member]:
+                return  # superseded by an earlier deadline
+            self.timer[member] = math.inf
+            self._route(member, stream.on_timeout(now))
+        else:
+            kind, src, body = event  # type: ignore[misc]
+            if kind == "records":
+                stream.on_records(src, body, "data", now)
+            elif kind == "digest":
+                self._route(member, stream.on_digest(src, body.entries, now, body.aggregate))
+            elif kind == "nack":
+                self._route(member, stream.on_nack(src, body.sender, body.ranges, body.pull))
+            else:
+                stream.on_acks(src, body, now)
+        self._arm(member)
+
+    def run_until(self, end: float, watch: dict[int, list[float | None]] | None = None) -> None:
+        while self.heap and self.heap[0][0] <= end:
+            self.now, _, member, event = heapq.heappop(self.heap)
+            self._handle(member, event)
+            if watch is not None:
+                stable = self.streams[member].stable(0)
+                for seq, times in watch.items():
+                    if seq <= stable and times[member] is None:
+                        times[member] = self.now
+        self.now = end
+
+    def send(self, payload: bytes) -> int:
+        seq, outputs = self.streams[0].send(payload, self.now)
+        self._route(0, outputs)
+        self._arm(0)
+        return seq
+
+
+def measure(n: int, seed: int, messages: int, latency: float, interval: float,
+            in_step: bool) -> tuple[list[float], float]:
+    """Per message: gossip intervals from its send until every member holds it
+    stable; and digests sent per member per round."""
+    spread = 0.0 if in_step else math.ceil(math.log2(n)) * interval
+    h = Harness(n, seed, latency, interval, spread)
+    h.run_until(spread + WARM_UP)
+    started = h.now
+    watch: dict[int, list[float | None]] = {}
+    sent_at: dict[int, float] = {}
+    h.digests = 0
+    for i in range(messages):
+        seq = h.send(b"m%d" % i)
+        watch[seq] = [None] * n
+        sent_at[seq] = h.now
+        h.run_until(h.now + interval, watch)
+    limit = h.now + 60 * math.ceil(math.log2(n)) * interval
+    while any(t is None for times in watch.values() for t in times) and h.now < limit:
+        h.run_until(h.now + interval, watch)
+    rounds_run = (h.now - started) / interval
+    per_member = h.digests / n / rounds_run
+    spans = []
+    for seq, times in watch.items():
+        done = [t for t in times if t is not None]
+        spans.append(math.inf if len(done) < n else (max(done) - sent_at[seq]) / interval)
+    return spans, per_member
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="128,256,1024")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=20)
+    parser.add_argument("--latency", type=float, default=0.001)
+    parser.add_argument("--interval", type=float, default=0.1)
+    parser.add_argument("--in-step", action="store_true",
+                        help="start every member together (round counts in step); default: spread over a cycle")
+    args = parser.parse_args()
+    print(f"members {'started together' if args.in_step else 'started over one cycle of levels'}, "
+          f"latency {args.latency * 1e3:g} ms, gossip interval {args.interval:g} s, no loss")
+    print("| N | ceil(log2 N) | rounds to stable everywhere: median | p99 | max | digests per member per round | wall s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in (int(s) for s in args.sizes.split(",")):
+        started = time.perf_counter()
+        spans: list[float] = []
+        costs = []
+        for seed in range(args.seeds):
+            got, cost = measure(n, seed, args.messages, args.latency, args.interval, args.in_step)
+            spans += got
+            costs.append(cost)
+        spans.sort()
+        p99 = spans[min(len(spans) - 1, math.ceil(0.99 * len(spans)) - 1)]
+        print(f"| {n} | {math.ceil(math.log2(n))} | {statistics.median(spans):.2f} | {p99:.2f} | {spans[-1]:.2f} "
+              f"| {statistics.mean(costs):.2f} | {time.perf_counter() - started:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
