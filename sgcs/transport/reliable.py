@@ -585,14 +585,17 @@ class ReliableStream:
             return
         if self.members[(self._position - (1 << k)) % n] != src:
             return  # not the member whose window ends just before ours
-        level, store, linger = self._levels[k], self._store, self._linger
+        level, store, linger, others_floor = self._levels[k], self._store, self._linger, self._others_floor
         for sender, floor in aggregate.floors:
             # only streams we hold unstable records of (or linger on) keep state
-            if floor > level.get(sender, 0) and (store.get(sender) or sender in linger):
+            before = level.get(sender, 0)
+            if floor > before and (store.get(sender) or sender in linger):
                 level[sender] = floor
+                if before > others_floor.get(sender, 0):
+                    continue  # another level holds the minimum: it did not move
                 others = min(lv.get(sender, 0) for lv in self._levels)
-                if others > self._others_floor.get(sender, 0):
-                    self._others_floor[sender] = others
+                if others > others_floor.get(sender, 0):
+                    others_floor[sender] = others
                     self._gc_senders.add(sender)
 
     # ------------------------------------------------------------------ timers
@@ -784,7 +787,9 @@ class ReliableStream:
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
         self._linger.pop(sender, None)
-        self._others_floor.pop(sender, None)
+        self._others_floor.pop(sender, None)  # the minimum of the levels, kept exact (``_merge_aggregate``)
+        for level in self._levels:
+            level.pop(sender, None)
         self._holders.pop(sender, None)
 
     def _inbound_of(self, sender: int) -> _Inbound:
