@@ -134,7 +134,9 @@ class _Jobs:
     def invariants(self) -> None:
         from .invariants import check_invariants
 
-        found = check_invariants(self.events, self.runs, progress=lambda key: self.progress(f"invariant {key}"))
+        orders = {str(row[0]) for row in self.events.select("order").distinct().collect() if row[0] is not None}
+        found = check_invariants(self.events, self.runs, progress=lambda key: self.progress(f"invariant {key}"),
+                                 orders=orders)
         self.put("invariants", lambda run: _clean(found[run]))
 
     def detection(self) -> None:

@@ -145,6 +145,19 @@ def test_all_groups_mode_is_checks_py_literally(spark: Any, runs: dict[str, str]
     assert total_order(events).count() == 0
 
 
+def test_checks_of_orders_absent_from_the_trace_cost_no_job(spark: Any, runs: dict[str, str]) -> None:
+    from spark_analysis.invariants import check_invariants
+    from spark_analysis.readers import read_events
+
+    run = runs["3_total"]
+    events = read_events(spark, [run])
+    asked: list[str] = []
+    told = check_invariants(events, [run], progress=asked.append, orders={"fifo"})
+    assert told[run]["3_total"]["count"] == 0 and "3_total" not in asked and "4_causal" not in asked
+    found = check_invariants(events, [run], progress=asked.append, orders={"fifo", "total"})
+    assert found[run]["3_total"]["count"] == spark_traces.VIOLATIONS["3_total"][1] and "3_total" in asked
+
+
 def test_examples_name_the_culprit(report: dict[str, Any], runs: dict[str, str]) -> None:
     causal = _metrics(report, runs, "4_causal")["invariants"]["4_causal"]["examples"][0]
     assert (causal["node"], causal["sender"], causal["seq"], causal["late_sender"], causal["late_seq"]) == (2, 1, 1, 0, 1)
