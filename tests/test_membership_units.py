@@ -632,6 +632,24 @@ def test_member_left_out_of_the_commit_installs_a_singleton() -> None:
     assert stranger.on_commit(1, commit) == [], "a commit of another component is none of our business"
 
 
+def test_a_coordinator_left_out_after_its_own_proposal_does_not_commit_it() -> None:
+    """Coordinator 1 proposes (1, 2) at epoch 3 and answers itself; then a
+    beacon shows it a view of epoch 2 without it, and it starts again alone. When the
+    last flush of its proposal arrives it must not commit: the members would
+    install a view listing 1, their coordinator by rank, which 1 never
+    installs (explore.py seed 2066259233: a wedge)."""
+    va = agreements({1, 2, 3})
+    msg = body(ctl(va[1]._propose((1, 2), 0.0, min_epoch=3), MsgType.PROPOSE)[0])  # above the next epoch
+    own = body(ctl(va[1].on_propose(1, msg, (0, {}), 0.0), MsgType.FLUSH)[0])
+    reply = body(ctl(va[2].on_propose(1, msg, (0, {}), 0.0), MsgType.FLUSH)[0])
+    (alone,) = va[1].left_out(2, 2)  # coordinator 2's beacon shows a view of epoch 2 without us
+    va[1].installed(alone, 0.1)
+    assert va[1].view.members == (1,)
+    assert va[1].on_flush(1, own, 0.2) == []
+    assert va[1].on_flush(2, reply, 0.2) == [], "no COMMIT of a proposal we no longer stand by"
+    assert va[1].coordination is None
+
+
 def test_silent_member_dropped_after_view_timeout_with_next_attempt() -> None:
     va = agreements({1, 2, 3, 4})
     msg = body(ctl(va[1].member_failed(4, 0.0), MsgType.PROPOSE)[0])
