@@ -459,8 +459,13 @@ class GroupStack:
                 self.unicast.forget(member)
         leavers = frozenset(self.agreement.leaving)
         frames = self.agreement.installed(commit, now)
-        # the new view's order starts after the cut and after what was rolled back
-        self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0)) for m in new})
+        # The new view's order starts after the cut and after what was rolled
+        # back or withdrawn: those records never enter it, and a promise that
+        # acknowledges one must not wait for it (randomized total-order
+        # machine, explore.py seed 3278971755: every member waited for ever
+        # on a newcomer's withdrawn first record).
+        self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0),
+                                                   commit.withdrawn.get(m, 0)) for m in new})
         self.events.append(Installed(old, commit.view, leavers))
         kept, rolled_back = sync.settle(commit, old, new, foreign, left_out=new == (self.me,) and len(old.members) > 1)
         self.events += [RolledBack(message) for message in rolled_back]
