@@ -54,6 +54,7 @@ from .wire import (
     MsgType,
     encode_digest,
     encode_entries,
+    encode_null,
     encode_nack,
     encode_records,
     encode_unicast,
@@ -181,6 +182,7 @@ class GroupStack:
             # a message must list every ACK gathered before it (its causal past),
             # and idle members promise by multicasting their ACKs (nulls)
             params = dataclasses.replace(params, max_acks=1 << 20, ack_nulls=True)
+        self._clock = 0
         self.ordering = self._new_ordering({})
         self.events: list[GroupEvent] = []
         """Deliveries and view events, in the order the node must report them."""
@@ -225,6 +227,11 @@ class GroupStack:
     @property
     def view(self) -> View:
         return self.agreement.view
+
+    def clock(self) -> int:
+        """Our Lamport clock (ordered groups): the largest timestamp we sent
+        or took into our order, in any view. What we send next carries more."""
+        return self._clock if self.ordering is None else max(self._clock, self.ordering.clock)
 
     def _new_ordering(self, starts: dict[int, int]) -> OrderingLayer | None:
         if self.order is Order.FIFO:
@@ -464,6 +471,7 @@ class GroupStack:
         # acknowledges one must not wait for it (randomized total-order
         # machine, explore.py seed 3278971755: every member waited for ever
         # on a newcomer's withdrawn first record).
+        self._clock = self.clock()  # a Lamport clock never goes back, whatever the view
         self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0),
                                                    commit.withdrawn.get(m, 0)) for m in new})
         self.events.append(Installed(old, commit.view, leavers))
@@ -527,7 +535,10 @@ class GroupStack:
         """Number and buffer one multicast; returns its seq, the transport's
         outputs and the optimistic view it is sent under (None: our view)."""
         optimistic = self.agreement.optimistic_view() if self.sync.changing else None
-        seq, outputs = self.stream.send(payload, now, None if optimistic is None else optimistic.epoch)
+        clock = 0
+        if self.ordering is not None:
+            clock = self._clock = self.clock() + 1
+        seq, outputs = self.stream.send(payload, now, None if optimistic is None else optimistic.epoch, clock)
         self.last_send = now
         return seq, outputs, optimistic
 
@@ -573,7 +584,8 @@ class GroupStack:
         acks = records[0].acks if records else ()
         proposal = self.agreement.optimistic_view() if self.sync.changing else None
         tag = proposal.epoch % 64 if proposal is not None else 0
-        message = tuple.__new__(Message, (self.me, seq, acks, payload, self.own_last, proposal is not None, tag))
+        clock = records[0].clock if records else 0
+        message = tuple.__new__(Message, (self.me, seq, acks, payload, self.own_last, proposal is not None, tag, clock))
         if self.ordering is None:
             self.accept([message])
             return
@@ -583,7 +595,8 @@ class GroupStack:
         sync = self.sync
         passed = sync.gate([message], self.view.epoch) if sync.gating([message]) else [message]
         for own in passed:
-            self.ordering.add(tuple.__new__(OrderedMessage, (own.sender, own.seq, own.last or own.seq, own.acks, own)))
+            self.ordering.add(tuple.__new__(OrderedMessage, (own.sender, own.seq, own.last or own.seq, own.acks, own,
+                                                             own.clock)))
         self._order_due = True
 
     def on_records(self, sender: int, records: tuple[Record, ...], kind: str, now: float) -> None:
@@ -623,8 +636,8 @@ class GroupStack:
             return []
         add = self.ordering.add
         for message in messages:
-            add(tuple.__new__(OrderedMessage,
-                              (message.sender, message.seq, message.last or message.seq, message.acks, message)))
+            add(tuple.__new__(OrderedMessage, (message.sender, message.seq, message.last or message.seq,
+                                               message.acks, message, message.clock)))
         return self._deliverable()
 
     def _deliverable(self) -> list[Message]:
@@ -663,7 +676,8 @@ class GroupStack:
             self.events.append(Delivered(tuple(messages), self.view.view_id))
 
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float,
-                   aggregate: tuple[int, int, tuple[tuple[int, int], ...]] | None = None) -> list:
+                   aggregate: tuple[int, int, tuple[tuple[int, int], ...]] | None = None, clock: int = 0) -> list:
+        """``clock``: a null's promise in ordered groups (0: none)."""
         if msg_type is MsgType.DIGEST:
             outputs = self.stream.on_digest(src, entries, now, None if aggregate is None else Aggregate(*aggregate))
             if self.ordering is not None and any(sender == self.me for sender, _ in entries):
@@ -673,7 +687,7 @@ class GroupStack:
         if msg_type is MsgType.NULL:
             self.stream.on_acks(src, entries, now)
             if self.ordering is not None and src in self.view:
-                self.ordering.on_acks(src, entries)
+                self.ordering.on_null(src, entries, clock or None)
                 self._release(self._deliverable())
                 self._watch_blocker(now)
         # STABLE (a stability announcement of earlier versions) is ignored:
@@ -737,7 +751,7 @@ class GroupStack:
             entries.update(self.stream.received_vector())
         for null in nulls:
             entries.update(null.acks)
-        return [(MsgType.NULL, None, Flag.NONE, encode_entries(self.tag, tuple(sorted(entries.items()))))]
+        return [(MsgType.NULL, None, Flag.NONE, encode_null(self.tag, tuple(sorted(entries.items())), self.clock()))]
 
     def _records(self, out: OutRecords) -> list[Frame]:
         msg_type = _KIND_TYPES[out.kind]

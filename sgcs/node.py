@@ -71,6 +71,7 @@ from .wire import (
     decode_heartbeat_untrusted,
     decode_digest_untrusted,
     decode_entries_untrusted,
+    decode_null_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
     decode_nack_untrusted,
@@ -444,14 +445,17 @@ class Node:
 
     def _on_entries(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
         aggregate = None
+        clock = 0
         if header.msg_type is MsgType.DIGEST:
             tag, entries, aggregate = decode_digest_untrusted(body)
+        elif header.msg_type is MsgType.NULL:
+            tag, entries, clock = decode_null_untrusted(body)
         else:
             tag, entries = decode_entries_untrusted(body)
         state = self._member_group(tag)
         out: list[Action] = []
         if state is not None:
-            self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now, aggregate))
+            self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now, aggregate, clock))
             if state.events:
                 self._drain(out, state, now)
         return out

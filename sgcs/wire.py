@@ -256,11 +256,13 @@ def decode_leave_untrusted(body: bytes) -> LeaveMsg:
 
 # ---------------------------------------------------------------- reliable transport
 #
-# record   := sender Q | seq Q | flags B | payload_len I | ack_bytes H | acks | payload
+# record   := sender Q | seq Q | flags B | payload_len I | ack_bytes H | acks [| clock varint] | payload
+#             (clock: the sender's Lamport clock, ordered groups only; absent means 0)
 # acks     := count varint, then per entry: sender delta varint (sorted senders), high varint
 # records  := group_tag Q | count H | record*           (DATA, RETRANSMIT, GOSSIP)
 # ranges   := group_tag Q | sender Q | pull B | count B | (low Q, high Q)*   (NACK)
-# entries  := group_tag Q | acks                           (NULL, STABLE)
+# entries  := group_tag Q | acks                           (STABLE, UNICAST_ACK)
+# null     := entries [| clock varint]                    (NULL; the clock: a promise, ordered groups)
 # digest   := entries [| level B | roster I | acks]         (DIGEST; the optional part: stability gossip)
 
 MAX_RECORDS = 1_024
@@ -322,18 +324,42 @@ def decode_acks_untrusted(data: bytes, pos: int = 0) -> "tuple[tuple[tuple[int, 
     return tuple(acks), pos
 
 
+def _clock_bytes(clock: int) -> bytes:
+    out = bytearray()
+    _put_varint(out, clock)
+    return bytes(out)
+
+
+def _order_block(record: "Record") -> bytes:
+    """A record's ACKs, then its clock when it has one."""
+    acks = encode_acks(record.acks) if record.acks else b"\x00"
+    return acks + _clock_bytes(record.clock) if record.clock else acks
+
+
 def encode_records(tag: int, records: "Sequence[Record]") -> bytes:
     parts = [_RECORDS.pack(tag, len(records))]
     for r in records:
-        acks = encode_acks(r.acks) if r.acks else b"\x00"
-        parts.append(_RECORD.pack(r.sender, r.seq, r.flags, len(r.payload), len(acks)))
-        parts.append(acks)
+        block = _order_block(r) if r.acks or r.clock else b"\x00"
+        parts.append(_RECORD.pack(r.sender, r.seq, r.flags, len(r.payload), len(block)))
+        parts.append(block)
         parts.append(r.payload)
     return b"".join(parts)
 
 
 def encoded_record_size(record: "Record") -> int:
-    return _RECORD.size + len(record.payload) + (len(encode_acks(record.acks)) if record.acks else 1)
+    return _RECORD.size + len(record.payload) + (len(_order_block(record)) if record.acks or record.clock else 1)
+
+
+def _decode_clock(data: bytes, pos: int, what: str) -> int:
+    """The optional clock that ends ``data`` at ``pos``: 0 when absent."""
+    if pos == len(data):
+        return 0
+    clock, end = _get_varint(data, pos)
+    if end != len(data):
+        raise DecodeError("length", f"{what} trailing bytes")
+    if not 0 < clock < 2**63:
+        raise DecodeError("body", f"{what} clock out of range")
+    return clock
 
 
 def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
@@ -352,14 +378,15 @@ def decode_records_untrusted(body: bytes) -> "tuple[int, tuple[Record, ...]]":
             raise DecodeError("length", "record longer than the datagram")
         if sender >= 2**63:
             raise DecodeError("body", "record fields")
+        clock = 0
         if ack_len == 1 and body[pos] == 0:
-            acks: tuple[tuple[int, int], ...] = ()  # no ACKs: the common case, without a call
+            acks: tuple[tuple[int, int], ...] = ()  # no ACKs, no clock: the common case, without a call
         else:
-            acks, end = decode_acks_untrusted(body[pos : pos + ack_len])
-            if end != ack_len:
-                raise DecodeError("length", "ack list")
+            block = body[pos : pos + ack_len]
+            acks, end = decode_acks_untrusted(block)
+            clock = _decode_clock(block, end, "record")
         pos += ack_len
-        records.append(tuple.__new__(Record, (sender, seq, acks, flags, bytes(body[pos : pos + length]))))
+        records.append(tuple.__new__(Record, (sender, seq, acks, flags, bytes(body[pos : pos + length]), clock)))
         pos += length
     if pos != size:
         raise DecodeError("length", "trailing bytes")
@@ -385,6 +412,20 @@ def decode_nack_untrusted(body: bytes) -> "tuple[int, int, tuple[tuple[int, int]
 
 def encode_entries(tag: int, entries: "tuple[tuple[int, int], ...]") -> bytes:
     return _TAG.pack(tag) + encode_acks(entries)
+
+
+def encode_null(tag: int, entries: "tuple[tuple[int, int], ...]", clock: int = 0) -> bytes:
+    """A null message: ACKs, and in ordered groups the sender's clock (a promise)."""
+    return encode_entries(tag, entries) + (_clock_bytes(clock) if clock else b"")
+
+
+def decode_null_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], ...], int]":
+    """(group tag, entries, clock; 0 when absent)."""
+    if len(body) < _TAG.size + 1:
+        raise DecodeError("length", "null")
+    (tag,) = _TAG.unpack_from(body)
+    entries, end = decode_acks_untrusted(body, _TAG.size)
+    return tag, entries, _decode_clock(body, end, "null")
 
 
 def decode_entries_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], ...]]":

@@ -184,7 +184,7 @@ def test_refused_members_are_remembered_up_to_the_cap_oldest_forgotten() -> None
 def test_promises_waiting_per_member_are_capped_oldest_dropped() -> None:
     layer = OrderingLayer(ME, (ME, PEER), Order.TOTAL)
     for i in range(PROMISES_MAX + 5):
-        layer.on_acks(PEER, ((PEER, 10**9 + i),))  # a position its stream never reaches
+        layer.on_null(PEER, ((PEER, 10**9 + i),), i + 1)  # a position its stream never reaches
     assert layer.promises_dropped == 5
     assert len(layer._streams[PEER].promises) == PROMISES_MAX
 
@@ -192,7 +192,7 @@ def test_promises_waiting_per_member_are_capped_oldest_dropped() -> None:
 def test_acks_naming_non_members_leave_no_state() -> None:
     layer = OrderingLayer(ME, (ME, PEER), Order.SAFE)
     layer.on_message(OrderedMessage(PEER, 1, 1, tuple((10_000 + i, 1) for i in range(5_000)), b"m"))
-    layer.on_acks(PEER, tuple((20_000 + i, 1) for i in range(5_000)))
+    layer.on_null(PEER, tuple((20_000 + i, 1) for i in range(5_000)), 1)
     assert set(layer._acked[PEER]) <= {ME, PEER}
     assert set(layer._streams) == {ME, PEER}
 

@@ -26,6 +26,7 @@ from sgcs.wire import (
     decode_hello_untrusted,
     decode_leave_untrusted,
     decode_nack_untrusted,
+    decode_null_untrusted,
     decode_records_untrusted,
     decode_unicast_untrusted,
     derive_key,
@@ -33,6 +34,7 @@ from sgcs.wire import (
     encode_hello,
     encode_leave,
     encode_nack,
+    encode_null,
     encode_records,
     encode_unicast,
     group_tag,
@@ -61,6 +63,16 @@ GOLDEN = [
         id="data-multicast",
     ),
     pytest.param(
+        lambda: seal(KEY, MsgType.DATA, Flag.NONE, 7,
+                     encode_records(group_tag("g"), [Record(7, 2, (), 0, b"", 300), Record(7, 3, ((2, 5),), 0, b"", 1)])),
+        "5347" "03" "01" "00" "0000000000000007" "0000000000000000" "0000000000000000",
+        # an ordered group's records carry their sender's clock after the ACKs:
+        # no ACKs (count 0), clock 300 = varint ac02; then one ACK (2, 5), clock 1
+        TAG_G + "0002" "0000000000000007" "0000000000000002" "00" "00000000" "0003" "00" "ac02"
+        "0000000000000007" "0000000000000003" "00" "00000000" "0004" "01" "0205" "01",
+        id="data-ordered",
+    ),
+    pytest.param(
         lambda: seal(KEY, MsgType.DATA, Flag.UNICAST, 7,
                      encode_unicast(9, group_tag("g"), [Record(7, 3, (), 1, b"")])),
         "5347" "03" "01" "01" "0000000000000007" "0000000000000000" "0000000000000000",
@@ -79,6 +91,13 @@ GOLDEN = [
         "5347" "03" "07" "00" "0000000000000001" "0000000000000000" "0000000000000000",
         TAG_G + "01" "04" "8201",
         id="digest",
+    ),
+    pytest.param(
+        lambda: seal(KEY, MsgType.NULL, Flag.NONE, 1, encode_null(group_tag("g"), ((1, 9), (4, 130)), 77)),
+        "5347" "03" "08" "00" "0000000000000001" "0000000000000000" "0000000000000000",
+        # entries (1, 9) and (4, 130), then the promised clock 77
+        TAG_G + "02" "0109" "038201" "4d",
+        id="null-promise",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.HELLO, Flag.NONE, 2**63 - 1, encode_hello(HelloMsg(group_tag("chat"), Order.TOTAL, True))),
@@ -108,7 +127,8 @@ def test_group_tag_is_blake2b_64() -> None:
 IDS = st.integers(0, 2**63 - 1)
 ACKS = st.lists(st.tuples(IDS, IDS), max_size=20, unique_by=lambda a: a[0]).map(lambda a: tuple(sorted(a)))
 RECORDS = st.lists(
-    st.builds(Record, IDS, st.integers(0, 2**64 - 1), ACKS, st.integers(0, 1), st.binary(max_size=300)), max_size=8
+    st.builds(Record, IDS, st.integers(0, 2**64 - 1), ACKS, st.integers(0, 1), st.binary(max_size=300),
+              st.just(0) | st.integers(1, 2**63 - 1)), max_size=8
 )
 
 
@@ -133,6 +153,23 @@ def test_control_round_trip(tag: int, sender: int, pull: bool, ranges: list, ent
     assert decode_entries_untrusted(encode_entries(tag, entries)) == (tag, entries)
 
 
+@given(tag=st.integers(0, 2**64 - 1), entries=ACKS, clock=st.just(0) | st.integers(1, 2**63 - 1))
+def test_null_round_trip(tag: int, entries: tuple, clock: int) -> None:
+    assert decode_null_untrusted(encode_null(tag, entries, clock)) == (tag, entries, clock)
+
+
+@pytest.mark.parametrize("tail, what", [(b"\x00", "clock out of range"), (b"\x05\x00", "trailing bytes"),
+                                        (b"\xff" * 9 + b"\x01", "clock out of range"), (b"\x80", "varint")])
+def test_a_bad_clock_is_rejected(tail: bytes, what: str) -> None:
+    null = encode_entries(1, ((2, 3),)) + tail
+    record = encode_records(1, [Record(5, 1, ((2, 3),), 0, b"")])
+    block = 3  # the ACK block ends the record (no payload): count 1, sender 2, high 3
+    record = record[:-(block + 2)] + (block + len(tail)).to_bytes(2, "big") + record[-block:] + tail
+    for decode, body in ((decode_null_untrusted, null), (decode_records_untrusted, record)):
+        with pytest.raises(DecodeError, match=what):
+            decode(body)
+
+
 @given(tag=st.integers(0, 2**64 - 1), order=st.sampled_from(list(Order)), reply=st.booleans())
 def test_hello_and_leave_round_trip(tag: int, order: Order, reply: bool) -> None:
     assert decode_hello_untrusted(encode_hello(HelloMsg(tag, order, reply))) == HelloMsg(tag, order, reply)
@@ -144,7 +181,9 @@ DECODERS = [
     decode_records_untrusted,
     decode_unicast_untrusted,
     decode_nack_untrusted,
+    decode_null_untrusted,
     decode_entries_untrusted,
+    decode_null_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
 ]

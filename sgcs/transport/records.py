@@ -42,6 +42,9 @@ class Record(NamedTuple):
     acks: tuple[Ack, ...]
     flags: int
     payload: bytes
+    clock: int = 0
+    """Its sender's Lamport clock (total and safe order; 0: none). The first
+    record of a message carries it, as it carries the ACKs."""
 
 
 class Message(NamedTuple):
@@ -60,6 +63,8 @@ class Message(NamedTuple):
     optimistic: bool = False
     epoch_tag: int = 0
     """For an optimistic message: the epoch of its optimistic view, modulo 64."""
+    clock: int = 0
+    """Its timestamp as its sender stated it (total and safe order; 0: none)."""
 
 
 @dataclass(frozen=True, slots=True)

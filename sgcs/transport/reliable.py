@@ -302,8 +302,10 @@ class ReliableStream:
             return None
         return self.params.send_delay_min + self.params.send_delay_scale * w / (cap - w)
 
-    def send(self, payload: bytes, now: float, optimistic_epoch: int | None = None) -> tuple[int, list[Out]]:
-        """Number, buffer and multicast one message; returns its id and outputs."""
+    def send(self, payload: bytes, now: float, optimistic_epoch: int | None = None,
+             clock: int = 0) -> tuple[int, list[Out]]:
+        """Number, buffer and multicast one message; returns its id and
+        outputs. ``clock``: its timestamp, for ordered groups (0: none)."""
         size = self.params.fragment_size
         pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
         first = self._next_seq
@@ -316,7 +318,8 @@ class ReliableStream:
             flags = MORE_FRAGMENTS if i < len(pieces) - 1 else 0
             if optimistic_epoch is not None:
                 flags |= OPTIMISTIC | (optimistic_epoch % 64) << EPOCH_SHIFT
-            records.append(tuple.__new__(Record, (self.me, self._next_seq, acks, flags, bytes(piece))))
+            records.append(tuple.__new__(Record, (self.me, self._next_seq, acks, flags, bytes(piece),
+                                                  clock if i == 0 else 0)))
             self._next_seq += 1
         for record in records:
             self._buffer(record)
@@ -386,14 +389,14 @@ class ReliableStream:
             if self._acked is None and not self.params.ack_nulls:
                 # a large FIFO group's piggybacked ACKs are hints, read now: buffering
                 # them at every member costs memory at scale (small views keep them)
-                record = tuple.__new__(Record, (sender, seq, (), record.flags, record.payload))
+                record = tuple.__new__(Record, (sender, seq, (), record.flags, record.payload, record.clock))
         flags = record.flags
         if seq == contig + 1 and not inbound.pending and inbound.reassembly is None and not flags & MORE_FRAGMENTS:
             # the common case, in order and whole: deliver without the pending table
             inbound.contig = seq
             self._buffer(record)
             delivered.append(tuple.__new__(Message, (sender, seq, record.acks, record.payload, 0,
-                                                     bool(flags & OPTIMISTIC), flags >> EPOCH_SHIFT)))
+                                                     bool(flags & OPTIMISTIC), flags >> EPOCH_SHIFT, record.clock)))
             return inbound
         inbound.pending[seq] = record
         self._buffer(record)
@@ -818,6 +821,7 @@ def _reassemble(fragments: list[Record] | tuple[Record, ...]) -> Message:
     first = fragments[0]
     optimistic, tag = bool(first.flags & OPTIMISTIC), first.flags >> EPOCH_SHIFT
     if len(fragments) == 1:
-        return tuple.__new__(Message, (first.sender, first.seq, first.acks, first.payload, 0, optimistic, tag))
+        return tuple.__new__(Message, (first.sender, first.seq, first.acks, first.payload, 0, optimistic, tag,
+                                       first.clock))
     payload = b"".join(r.payload for r in fragments)
-    return Message(first.sender, first.seq, first.acks, payload, fragments[-1].seq, optimistic, tag)
+    return Message(first.sender, first.seq, first.acks, payload, fragments[-1].seq, optimistic, tag, first.clock)

@@ -91,7 +91,7 @@ class UnicastStreams:
         records = []
         for i, piece in enumerate(pieces):
             flags = MORE_FRAGMENTS if i < len(pieces) - 1 else 0
-            records.append(Record(self.me, out.next_seq, (), flags, bytes(piece)))
+            records.append(Record(self.me, out.next_seq, (), flags, bytes(piece), 0))
             out.unacked[out.next_seq] = records[-1]
             out.next_seq += 1
         if out.retransmit_at is None:

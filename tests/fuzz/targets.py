@@ -95,7 +95,8 @@ class Reader:
         return tuple((self.member(), self.int(63)) for _ in range(self.byte() % limit))
 
     def records(self) -> list[Record]:
-        return [Record(self.member(), self.int(), self.entries(4), self.byte(), self.take(self.byte() % 48))
+        return [Record(self.member(), self.int(), self.entries(4), self.byte(), self.take(self.byte() % 48),
+                       self.int(63) if self.byte() & 1 else 0)
                 for _ in range(1 + self.byte() % 3)]
 
 
@@ -194,6 +195,8 @@ def _decoder_targets() -> dict[str, DecoderTarget]:
             wire.encode_nack(TAG, 2, ((1, 3), (7, 7)), True),)),
         "decode_entries_untrusted": DecoderTarget(_one("decode_entries_untrusted"), (
             wire.encode_entries(TAG, ((1, 5), (3, 2))),)),
+        "decode_null_untrusted": DecoderTarget(_one("decode_null_untrusted"), (
+            wire.encode_null(TAG, ((1, 5), (3, 2)), 9),)),
         "decode_digest_untrusted": DecoderTarget(_one("decode_digest_untrusted"), (
             wire.encode_digest(TAG, ((1, 5),), None), wire.encode_digest(TAG, ((1, 5),), (2, 3, ((2, 1),))))),
         "decode_unicast_untrusted": DecoderTarget(_one("decode_unicast_untrusted"), (
@@ -325,7 +328,9 @@ def _structured(r: Reader, h: Harness) -> tuple[int, int, int, bytes]:
     elif msg_type is MsgType.DIGEST:
         aggregate = (r.byte() % 64, r.int(32), r.entries()) if r.byte() & 1 else None
         body = wire.encode_digest(r.tag(), r.entries(), aggregate)
-    elif msg_type in (MsgType.NULL, MsgType.STABLE, MsgType.UNICAST_ACK):
+    elif msg_type is MsgType.NULL:
+        body = wire.encode_null(r.tag(), r.entries(), r.int(63) if r.byte() & 1 else 0)
+    elif msg_type in (MsgType.STABLE, MsgType.UNICAST_ACK):
         body = wire.encode_entries(r.tag(), r.entries())
     elif msg_type is MsgType.HELLO:
         body = wire.encode_hello(HelloMsg(r.tag(), ORDERS[r.byte() % 4], bool(r.byte() & 1)))
