@@ -53,7 +53,9 @@ import numpy as np
 
 from sgcs.membership.detector import FailureDetector, FdEvent, FdParams, FdSend
 from sgcs.membership.messages import Ask, AskReply, Probe, decode_untrusted
-from sgcs.wire import MsgType, decode_heartbeat_untrusted
+from sgcs.wire import MsgType, decode_heartbeat_untrusted, decode_roster_heartbeat_untrusted
+
+HEARTBEATS = (MsgType.HEARTBEAT, MsgType.HEARTBEAT_ROSTER)
 
 GOSSIP = 0.1
 """gossip_interval of every harness run (the default), seconds."""
@@ -265,7 +267,7 @@ class FdHarness:
             return
         if age > self.worst_age:
             self.worst_age = age
-        targets = [o.dst for o in outputs if type(o) is FdSend and o.msg_type is MsgType.HEARTBEAT]
+        targets = [o.dst for o in outputs if type(o) is FdSend and o.msg_type in HEARTBEATS]
         self.sends_hist[len(set(targets))] += 1
         self.datagrams_hist[len(targets)] += 1
         if self.rounds_done[i]:
@@ -284,6 +286,9 @@ class FdHarness:
             self.recv_from[dst].add(src)
             members, counters = decode_heartbeat_untrusted(body)
             outputs = det.on_heartbeat(src, members, counters, t)
+        elif msg_type is MsgType.HEARTBEAT_ROSTER:
+            self.recv_from[dst].add(src)
+            outputs = det.on_roster_heartbeat(src, *decode_roster_heartbeat_untrusted(body), t)
         else:
             msg = decode_untrusted(msg_type, body)
             if type(msg) is Probe:

@@ -34,6 +34,7 @@ class Order(str, enum.Enum):
             raise UsageError(f"order {value!r} is not one of: {allowed}") from None
 
 
+HEARTBEAT_FORMS = ("roster", "pairs")
 MAX_UDP_PAYLOAD = 65_507
 MIN_DATAGRAM = 512
 MTU_SAFE_DATAGRAM = 1_400
@@ -135,6 +136,11 @@ class Config:
     """Neighbours asked (ask stage) whether they heard from a suspect; 0 in a group of two."""
     ask_timeout: float = 0.5
     """Seconds the ask stage waits for neighbours before the suspect is declared failed."""
+    heartbeat: str = "roster"
+    """How a heartbeat carries the table: ``"roster"``, 2 bytes a member, in the
+    order of the sorted member list (merged by members that watch the same
+    list); or ``"pairs"``, 10 bytes a member as (id, counter), merged whatever
+    the receiver watches."""
     view_timeout: float = 1.0
     """Seconds each phase of a view change (flush replies, commit) may take before
     the coordinator retries without the members that did not answer."""
@@ -243,6 +249,8 @@ def _validate(config: Config) -> None:
         raise UsageError(f"Config.node_id must be an int in [0, 2**63), got {config.node_id!r}")
     if not isinstance(config.name, str) or not config.name:
         raise UsageError("Config.name must be a non-empty string")
+    if config.heartbeat not in HEARTBEAT_FORMS:
+        raise UsageError(f"Config.heartbeat must be one of {', '.join(HEARTBEAT_FORMS)}, got {config.heartbeat!r}")
     _validate_addresses(config)
 
 

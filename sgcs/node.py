@@ -72,6 +72,7 @@ from .wire import (
     decode_digest_untrusted,
     decode_entries_untrusted,
     decode_null_untrusted,
+    decode_roster_heartbeat_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
     decode_nack_untrusted,
@@ -170,7 +171,7 @@ class Node:
         self._drops: dict[str, int] = {}
         self.detector = FailureDetector(node_id, FdParams(
             config.gossip_interval, config.suspect_factor, config.probe_count, config.probe_interval,
-            config.ask_count, config.ask_timeout), rng, now)
+            config.ask_count, config.ask_timeout, config.heartbeat == "roster"), rng, now)
         self._watch_started = False
 
     # ------------------------------------------------------------------ commands
@@ -498,6 +499,12 @@ class Node:
         self._on_detector(out, self.detector.on_heartbeat(header.sender, members, counters, now), now)
         return out
 
+    def _on_roster_heartbeat(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
+        roster, start, counters = decode_roster_heartbeat_untrusted(body)
+        out: list[Action] = []
+        self._on_detector(out, self.detector.on_roster_heartbeat(header.sender, roster, start, counters, now), now)
+        return out
+
     def _on_probing(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
         """PROBE, PROBE_ACK, ASK and ASK_REPLY: the detector's pull and ask stages."""
         msg = decode_untrusted(header.msg_type, body)
@@ -737,6 +744,7 @@ _HANDLERS: dict[MsgType, _Handler] = {
     MsgType.HELLO: Node._on_hello,
     MsgType.LEAVE: Node._on_leave,
     MsgType.HEARTBEAT: Node._on_heartbeat,
+    MsgType.HEARTBEAT_ROSTER: Node._on_roster_heartbeat,
     **dict.fromkeys((MsgType.PROBE, MsgType.PROBE_ACK, MsgType.ASK, MsgType.ASK_REPLY), Node._on_probing),
     **dict.fromkeys((MsgType.BEACON, MsgType.PROPOSE, MsgType.FLUSH, MsgType.COMMIT, MsgType.INSTALLED),
                     Node._on_view_control),

@@ -73,11 +73,13 @@ class MsgType(enum.IntEnum):
     FLUSH = 18
     COMMIT = 19
     INSTALLED = 20
+    HEARTBEAT_ROSTER = 21
 
     @property
     def label(self) -> str:
-        """Lower-case name, as in the trace's ``net.msg_type`` column."""
-        return self.name.lower()
+        """Lower-case name, as in the trace's ``net.msg_type`` column (both
+        heartbeat forms count as ``heartbeat``)."""
+        return "heartbeat" if self is MsgType.HEARTBEAT_ROSTER else self.name.lower()
 
 
 class Flag(enum.IntFlag):
@@ -489,6 +491,9 @@ def decode_unicast_untrusted(body: bytes) -> "tuple[int, int, tuple[Record, ...]
 # ---------------------------------------------------------------- membership
 #
 # heartbeat := count I | (member Q, counter H)*       (HEARTBEAT; counters mod 2**16)
+# roster heartbeat := roster I | start I | count I | counter H*
+#              (HEARTBEAT_ROSTER: the counters of the members at positions
+#              start.. of the sorted member list whose 32-bit tag is ``roster``)
 # control   := group_tag Q | epoch Q | attempt I | a Q | b Q | lists B | entries*
 #              (PROBE, PROBE_ACK, ASK, ASK_REPLY, BEACON, PROPOSE, FLUSH, COMMIT,
 #              INSTALLED; what a, b and each entry list mean is per type, see
@@ -499,6 +504,9 @@ MAX_HEARTBEAT_ENTRIES = 6_000
 longer lists are sent in several datagrams."""
 MAX_ENTRY_LISTS = 5
 _HEARTBEAT_DTYPE = np.dtype([("member", ">u8"), ("counter", ">u2")])
+MAX_ROSTER_HEARTBEAT_ENTRIES = 30_000
+"""Counters per roster heartbeat datagram (2 bytes each)."""
+_ROSTER_HEARTBEAT = struct.Struct("!III")
 _COUNT = struct.Struct("!I")
 _CONTROL = struct.Struct("!QQIQQB")
 
@@ -535,6 +543,23 @@ def decode_heartbeat_untrusted(body: bytes) -> tuple[np.ndarray, np.ndarray]:
     if count and (members < 0).any():
         raise DecodeError("body", "heartbeat member out of range")
     return members, table["counter"].astype(np.int64)
+
+
+def encode_roster_heartbeat(roster: int, start: int, counters: np.ndarray) -> bytes:
+    """Heartbeat counters of the members at positions ``start``.. of roster ``roster``."""
+    return _ROSTER_HEARTBEAT.pack(roster, start, len(counters)) + (counters & 0xFFFF).astype(">u2").tobytes()
+
+
+def decode_roster_heartbeat_untrusted(body: bytes) -> tuple[int, int, np.ndarray]:
+    """Returns (roster tag, start position, counters as int64)."""
+    if len(body) < _ROSTER_HEARTBEAT.size:
+        raise DecodeError("length", "roster heartbeat")
+    roster, start, count = _ROSTER_HEARTBEAT.unpack_from(body)
+    if count > MAX_ROSTER_HEARTBEAT_ENTRIES or len(body) != _ROSTER_HEARTBEAT.size + 2 * count:
+        raise DecodeError("length", "roster heartbeat entries")
+    if start > 2**31:
+        raise DecodeError("body", "roster heartbeat start out of range")
+    return roster, start, np.frombuffer(body, dtype=">u2", offset=_ROSTER_HEARTBEAT.size).astype(np.int64)
 
 
 def encode_control(msg: Control) -> bytes:

@@ -4,6 +4,7 @@ view agreement, driven by hand message by message."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 import random
@@ -14,11 +15,12 @@ import pytest
 from sgcs.membership.agreement import REPEATS, Commit, CtlSend, Freeze, View, ViewAgreement
 from sgcs.membership.detector import FailureDetector, FdEvent, FdParams, FdSend
 from sgcs.membership.messages import Ask, AskReply, CommitMsg, Flush, InstalledMsg, Propose, decode_untrusted
-from sgcs.wire import MsgType, decode_heartbeat_untrusted
+from sgcs.wire import MsgType, decode_heartbeat_untrusted, decode_roster_heartbeat_untrusted
 
 GOSSIP = 0.1
 PARAMS = FdParams(gossip_interval=GOSSIP, suspect_factor=1.5, probe_count=3, probe_interval=0.2, ask_count=3,
-                  ask_timeout=0.4)
+                  ask_timeout=0.4, roster_heartbeats=False)
+"""The pairs form, which the helpers below read; the roster form has tests of its own."""
 
 
 # ---------------------------------------------------------------------- detector helpers
@@ -129,6 +131,31 @@ def test_merge_ignores_unknown_members_and_our_own_entry() -> None:
     assert 77 not in table
     assert table[0] == before + 1, "only our own rounds raise our counter"
     assert table[1] == 4
+
+
+def test_a_roster_heartbeat_merges_by_position_between_equal_member_lists() -> None:
+    roster_params = dataclasses.replace(PARAMS, roster_heartbeats=True)
+    a, b = detector(1, range(5), roster_params), detector(3, range(5), roster_params)
+    for member, count in ((0, 7), (2, 4), (4, 9)):
+        heartbeat(a, member, {member: count}, 0.01)
+    a._last_multicast, a._next_round = -math.inf, 0.05
+    (sent,) = sends(a.on_timeout(0.05), MsgType.HEARTBEAT_ROSTER)
+    assert len(sent.body) == 12 + 2 * 5, "2 bytes a member"
+    b.on_roster_heartbeat(1, *decode_roster_heartbeat_untrusted(sent.body), 0.06)
+    table = dict(zip(b.ids.tolist(), b.counters.tolist()))
+    assert {m: table[m] for m in (0, 1, 2, 4)} == {0: 7, 1: a.counters[1], 2: 4, 4: 9}
+    assert table[3] == b.counters[3] == 0, "only we raise our own counter"
+
+
+def test_a_roster_heartbeat_of_another_member_list_is_only_its_senders_evidence() -> None:
+    roster_params = dataclasses.replace(PARAMS, roster_heartbeats=True)
+    a, b = detector(1, range(5), roster_params), detector(3, range(6), roster_params)  # b already has 5
+    heartbeat(a, 0, {0: 7}, 0.01)
+    a._last_multicast, a._next_round = -math.inf, 0.05
+    (sent,) = sends(a.on_timeout(0.05), MsgType.HEARTBEAT_ROSTER)
+    b.on_roster_heartbeat(1, *decode_roster_heartbeat_untrusted(sent.body), 0.06)
+    assert b.counters.tolist() == [0] * 6, "positions of another list are not ours to merge"
+    assert b.statistics().mismatched == 1 and b.heard_at[b._index[1]] == 0.06
 
 
 def test_counter_merge_wraps_around_modulo_2_16() -> None:

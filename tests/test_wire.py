@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,6 +37,7 @@ from sgcs.wire import (
     encode_nack,
     encode_null,
     encode_records,
+    encode_roster_heartbeat,
     encode_unicast,
     group_tag,
     seal,
@@ -98,6 +100,14 @@ GOLDEN = [
         # entries (1, 9) and (4, 130), then the promised clock 77
         TAG_G + "02" "0109" "038201" "4d",
         id="null-promise",
+    ),
+    pytest.param(
+        lambda: seal(KEY, MsgType.HEARTBEAT_ROSTER, Flag.NONE, 3,
+                     encode_roster_heartbeat(0xDEADBEEF, 2, np.array([1, 65535, 65536 + 7], dtype=np.int64))),
+        "5347" "03" "15" "00" "0000000000000003" "0000000000000000" "0000000000000000",
+        # roster tag, start 2, 3 counters of 2 bytes each, modulo 2**16
+        "deadbeef" "00000002" "00000003" "0001" "ffff" "0007",
+        id="heartbeat-roster",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.HELLO, Flag.NONE, 2**63 - 1, encode_hello(HelloMsg(group_tag("chat"), Order.TOTAL, True))),

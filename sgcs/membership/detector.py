@@ -9,12 +9,19 @@ three-stage survival signal).
 
 * **Heartbeats (push).** Each member keeps a counter per watched member in
   numpy arrays. Every round (``gossip_interval``) it raises its own counter and
-  sends the whole list to one target: the member at index
+  sends the whole table to one target: the member at index
   ``(self + 2**(r-1)) mod N`` of the sorted member list, r cycling through
   1..ceil(log2 N). Lists merge by element-wise maximum, so a heartbeat crosses
   one hypercube dimension per round and reaches everyone within ceil(log2 N)
   rounds when nothing is lost. Counters travel modulo 2**16 and merge by
-  wrap-around difference. Any authenticated datagram from a member is direct
+  wrap-around difference. The table travels in one of two forms
+  (``Config.heartbeat``): ``roster``, 2 bytes a member, the counters in the
+  order of the sorted member list, named by that list's 32-bit tag; or
+  ``pairs``, 10 bytes a member, (id, counter). Members that watch the same
+  list (every member of one view, once it is installed everywhere) merge the
+  roster form by position; a receiver whose list differs (a change is being
+  installed) cannot place the counters and takes only the sender's own
+  evidence from it (``mismatched``), which the pairs form never loses. Any authenticated datagram from a member is direct
   evidence that it lives, so an application multicast carries its sender's
   heartbeat to every receiver: a round in which we multicast sends no
   separate gossip.
@@ -50,7 +57,8 @@ from typing import Iterable
 
 import numpy as np
 
-from ..wire import MAX_HEARTBEAT_ENTRIES, MsgType, encode_heartbeat
+from ..wire import MAX_HEARTBEAT_ENTRIES, MAX_ROSTER_HEARTBEAT_ENTRIES, MsgType, encode_heartbeat, \
+    encode_roster_heartbeat
 from .messages import Ask, AskReply, Probe, ProbeAck, encode
 from .roster import roster_of
 
@@ -74,6 +82,8 @@ class FdParams:
     probe_interval: float = 0.3
     ask_count: int = 3
     ask_timeout: float = 0.5
+    roster_heartbeats: bool = True
+    """Send the table in the roster form (2 bytes a member), not as (id, counter) pairs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +141,8 @@ class DetectorStatistics:
     refuted: int
     busy: int
     failures: int
+    mismatched: int = 0
+    """Roster heartbeats whose member list was not ours: only their sender's own evidence was taken."""
 
 
 class FailureDetector:
@@ -147,12 +159,14 @@ class FailureDetector:
         """When each member's suspicion clock last restarted: genuine evidence,
         or a busy verdict (which must not count as evidence to others)."""
         self._index: dict[int, int] = {me: 0}
+        self._roster_tag = roster_of((me,)).tag
         self.suspects: dict[int, _Confirmation] = {}
         self.failed: set[int] = set()
         self._round = 0
         self._next_round = now + params.gossip_interval * rng.random()
         self._last_multicast = -math.inf
-        self._counts = dict.fromkeys(("rounds", "sent", "skipped", "suspicions", "refuted", "busy", "failures"), 0)
+        self._counts = dict.fromkeys(("rounds", "sent", "skipped", "suspicions", "refuted", "busy", "failures",
+                                      "mismatched"), 0)
 
     # ------------------------------------------------------------------ membership
 
@@ -161,6 +175,7 @@ class FailureDetector:
         roster = roster_of(members).with_member(self.me)  # shared, read-only ids and index
         if roster.index is self._index:
             return
+        self._roster_tag = roster.tag
         ids = roster.ids
         counters = np.zeros(len(ids), dtype=np.int64)
         heard_at = np.full(len(ids), now)
@@ -226,11 +241,24 @@ class FailureDetector:
         self._last_multicast = now
 
     def on_heartbeat(self, src: int, members: np.ndarray, counters: np.ndarray, now: float) -> list[FdOut]:
+        """A table in the pairs form."""
         start = self._slice_start(members)
         if start is None:
             self._merge_scattered(members, counters, now)
         else:
             self._merge_slice(start, counters, now)
+        return self._after_heartbeat(src, now)
+
+    def on_roster_heartbeat(self, src: int, roster: int, start: int, counters: np.ndarray,
+                            now: float) -> list[FdOut]:
+        """A table in the roster form: merged by position when its member list is ours."""
+        if roster == self._roster_tag and start + len(counters) <= len(self.ids):
+            self._merge_slice(start, counters, now)
+        else:
+            self._counts["mismatched"] += 1
+        return self._after_heartbeat(src, now)
+
+    def _after_heartbeat(self, src: int, now: float) -> list[FdOut]:
         out = self.heard(src, now)
         for member in [m for m in self.suspects if self.heard_at[self._index[m]] > self.suspects[m].since]:
             del self.suspects[member]
@@ -351,6 +379,11 @@ class FailureDetector:
         r = (self._round - 1) % dimensions + 1
         target = int(self.ids[(me + (1 << (r - 1))) % n])
         self._counts["sent"] += 1
+        if self.params.roster_heartbeats:
+            step = MAX_ROSTER_HEARTBEAT_ENTRIES
+            return [FdSend(target, MsgType.HEARTBEAT_ROSTER,
+                           encode_roster_heartbeat(self._roster_tag, i, self.counters[i:i + step]))
+                    for i in range(0, n, step)]
         return [FdSend(target, MsgType.HEARTBEAT, encode_heartbeat(self.ids[i:i + MAX_HEARTBEAT_ENTRIES],
                                                                    self.counters[i:i + MAX_HEARTBEAT_ENTRIES]))
                 for i in range(0, n, MAX_HEARTBEAT_ENTRIES)]
@@ -409,4 +442,4 @@ class FailureDetector:
     def statistics(self) -> DetectorStatistics:
         c = self._counts
         return DetectorStatistics(c["rounds"], c["sent"], c["skipped"], c["suspicions"], c["refuted"], c["busy"],
-                                  c["failures"])
+                                  c["failures"], c["mismatched"])

@@ -202,6 +202,8 @@ def _decoder_targets() -> dict[str, DecoderTarget]:
         "decode_unicast_untrusted": DecoderTarget(_one("decode_unicast_untrusted"), (
             wire.encode_unicast(1, TAG, _seed_records()),)),
         "decode_heartbeat_untrusted": DecoderTarget(_one("decode_heartbeat_untrusted"), (hb,)),
+        "decode_roster_heartbeat_untrusted": DecoderTarget(_one("decode_roster_heartbeat_untrusted"), (
+            wire.encode_roster_heartbeat(7, 0, np.array([1, 2, 65535], dtype=np.int64)),)),
         "decode_control_untrusted": DecoderTarget(_control, (b"\x01" + control, b"\x00" + control)),
         "messages.decode_untrusted": DecoderTarget(_typed_control, tuple(
             bytes([_CONTROL_TYPES.index(example.TYPE)]) + encode(example) for example in _typed_examples())),
@@ -318,7 +320,7 @@ def _structured(r: Reader, h: Harness) -> tuple[int, int, int, bytes]:
         records = r.records()
         if r.byte() & 1:  # a unicast: its records must be the sender's own
             flags = Flag.UNICAST
-            records = [Record(sender, x.seq, x.acks, x.flags, x.payload) for x in records]
+            records = [Record(sender, x.seq, x.acks, x.flags, x.payload, x.clock) for x in records]
             body = wire.encode_unicast(h.node.id if r.byte() < 224 else r.member(), r.tag(), records)
         else:
             body = wire.encode_records(r.tag(), records)
@@ -340,6 +342,10 @@ def _structured(r: Reader, h: Harness) -> tuple[int, int, int, bytes]:
         n = r.byte() % 6
         body = wire.encode_heartbeat(np.array([r.member() for _ in range(n)], dtype=np.uint64),
                                      np.array([r.u16() for _ in range(n)], dtype=np.int64))
+    elif msg_type is MsgType.HEARTBEAT_ROSTER:
+        h_roster = h.node.detector._roster_tag if r.byte() < 192 else r.int(32)
+        body = wire.encode_roster_heartbeat(h_roster, r.byte() % 8, np.array([r.u16() for _ in range(r.byte() % 6)],
+                                                                                dtype=np.int64))
     else:
         sender, body = _control_body(r, h, msg_type)
     return msg_type, flags, sender, body
