@@ -24,8 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ["tests/test_node.py", "tests/test_membership_properties.py"]
 MACHINES = "adversarial or membership_network"
-MACHINE_COUNT = 6
-"""Machines the selection runs: 4 adversarial orders and 2 membership orders."""
+MACHINE_COUNT = 9
+"""Machines the selection runs: 4 adversarial orders and 2 membership orders,
+and the total and safe orders (adversarial) and total order (membership) with
+promises by gossip."""
 
 
 def run_round(seed: int, examples: int) -> tuple[bool, str]:

@@ -35,6 +35,7 @@ class Order(str, enum.Enum):
 
 
 HEARTBEAT_FORMS = ("roster", "pairs")
+PROMISE_MODES = ("auto", "direct", "gossip")
 MAX_UDP_PAYLOAD = 65_507
 MIN_DATAGRAM = 512
 MTU_SAFE_DATAGRAM = 1_400
@@ -106,6 +107,13 @@ class Config:
     member then receives at most about ``1 / promise_spacing`` promises per
     second, whatever N, and a total-order message waits about that long for
     its last promise when members send less often than that."""
+    promises: str = "auto"
+    """How members of a total- or safe-order group promise: ``"direct"``, each
+    idle member multicasts a null after it received (latency about
+    ``ack_interval`` or less, but O(N) nulls per message, each received by N
+    members); ``"gossip"``, the promise clocks ride on the stability
+    all-reduce (no datagram of their own; latency about 2 ceil(log2 N)
+    ``gossip_interval``); ``"auto"``: direct up to 64 members, gossip above."""
     window_max: int = 4_096
     """Unstable messages (all senders) at which application sends wait."""
     send_delay_min: float = 0.0
@@ -249,6 +257,8 @@ def _validate(config: Config) -> None:
         raise UsageError(f"Config.node_id must be an int in [0, 2**63), got {config.node_id!r}")
     if not isinstance(config.name, str) or not config.name:
         raise UsageError("Config.name must be a non-empty string")
+    if config.promises not in PROMISE_MODES:
+        raise UsageError(f"Config.promises must be one of {', '.join(PROMISE_MODES)}, got {config.promises!r}")
     if config.heartbeat not in HEARTBEAT_FORMS:
         raise UsageError(f"Config.heartbeat must be one of {', '.join(HEARTBEAT_FORMS)}, got {config.heartbeat!r}")
     _validate_addresses(config)

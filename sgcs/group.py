@@ -46,10 +46,11 @@ from .membership.synchrony import ViewChange
 from .ordering.total import OrderedMessage, OrderingLayer
 from .transport.framing import RESERVED_ACKS, fragment_size, pack
 from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
-from .transport.reliable import ReliableStream, StreamStatistics, TransportParams
+from .transport.reliable import ACK_MATRIX_MAX, ReliableStream, StreamStatistics, TransportParams
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
 from .wire import (
     ORDER_CODES,
+    AggregateFields,
     Flag,
     MsgType,
     encode_digest,
@@ -123,7 +124,7 @@ def build_params(config: Config) -> TransportParams:
     return TransportParams(
         gossip_interval=config.gossip_interval, nack_delay=config.nack_delay,
         nack_backoff_max=config.nack_backoff_max, ack_interval=config.ack_interval,
-        promise_spacing=config.promise_spacing,
+        promise_spacing=config.promise_spacing, promises=config.promises,
         window_max=config.window_max, send_delay_min=config.send_delay_min,
         send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
         max_message=config.max_message,
@@ -215,6 +216,7 @@ class GroupStack:
         self.stream = ReliableStream(me, self.view.members, params, rng, now, first_seq)
         if late:
             self.stream.set_members(self.view.members, late=late)
+        self._choose_promises()
         self.unicast = UnicastStreams(me, params.fragment_size, params.window_max, params.max_message,
                                       params.reassembly_timeout)
         self.outbox: list[Record] = []
@@ -232,6 +234,26 @@ class GroupStack:
         """Our Lamport clock (ordered groups): the largest timestamp we sent
         or took into our order, in any view. What we send next carries more."""
         return self._clock if self.ordering is None else max(self._clock, self.ordering.clock)
+
+    def _choose_promises(self) -> None:
+        """Total and safe order promise by nulls in small views and by the
+        stability all-reduce in large ones (``Config.promises``): chosen per view."""
+        mode = self.params.promises
+        gossip = self.order in (Order.TOTAL, Order.SAFE) and (
+            mode == "gossip" or mode == "auto" and len(self.view.members) > ACK_MATRIX_MAX)
+        self.stream.promise_gossip = gossip
+        self.stream.promise_nulls = self.stream.params.ack_nulls and not gossip
+        if gossip and self.ordering is not None:
+            self.ordering.set_floor(0)
+
+    def _advance_floor(self) -> None:
+        """Promises by gossip: the order delivers up to the all-reduce's floor."""
+        ordering = self.ordering
+        if ordering is not None and ordering.floor is not None:
+            floor = self.stream.promise_floor()
+            if floor > ordering.floor:
+                ordering.set_floor(floor)
+                self._release(self._deliverable())
 
     def _new_ordering(self, starts: dict[int, int]) -> OrderingLayer | None:
         if self.order is Order.FIFO:
@@ -474,6 +496,7 @@ class GroupStack:
         self._clock = self.clock()  # a Lamport clock never goes back, whatever the view
         self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0),
                                                    commit.withdrawn.get(m, 0)) for m in new})
+        self._choose_promises()
         self.events.append(Installed(old, commit.view, leavers))
         kept, rolled_back = sync.settle(commit, old, new, foreign, left_out=new == (self.me,) and len(old.members) > 1)
         self.events += [RolledBack(message) for message in rolled_back]
@@ -536,7 +559,7 @@ class GroupStack:
         outputs and the optimistic view it is sent under (None: our view)."""
         optimistic = self.agreement.optimistic_view() if self.sync.changing else None
         clock = 0
-        if self.ordering is not None:
+        if self.ordering is not None and self.order is not Order.CAUSAL:
             clock = self._clock = self.clock() + 1
         seq, outputs = self.stream.send(payload, now, None if optimistic is None else optimistic.epoch, clock)
         self.last_send = now
@@ -597,6 +620,7 @@ class GroupStack:
         for own in passed:
             self.ordering.add(tuple.__new__(OrderedMessage, (own.sender, own.seq, own.last or own.seq, own.acks, own,
                                                              own.clock)))
+        self.stream.lamport = self.clock()
         self._order_due = True
 
     def on_records(self, sender: int, records: tuple[Record, ...], kind: str, now: float) -> None:
@@ -628,6 +652,7 @@ class GroupStack:
         self._release(self._order(messages))
         if messages:
             self._watch_blocker(now)
+        self._advance_floor()
 
     def _order(self, messages: list[Message]) -> list[Message]:
         if self.ordering is None:
@@ -638,6 +663,7 @@ class GroupStack:
         for message in messages:
             add(tuple.__new__(OrderedMessage, (message.sender, message.seq, message.last or message.seq,
                                                message.acks, message, message.clock)))
+        self.stream.lamport = self.clock()
         return self._deliverable()
 
     def _deliverable(self) -> list[Message]:
@@ -676,11 +702,12 @@ class GroupStack:
             self.events.append(Delivered(tuple(messages), self.view.view_id))
 
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float,
-                   aggregate: tuple[int, int, tuple[tuple[int, int], ...]] | None = None, clock: int = 0) -> list:
+                   aggregate: AggregateFields | None = None, clock: int = 0) -> list:
         """``clock``: a null's promise in ordered groups (0: none)."""
         if msg_type is MsgType.DIGEST:
             outputs = self.stream.on_digest(src, entries, now, None if aggregate is None else Aggregate(*aggregate))
-            if self.ordering is not None and any(sender == self.me for sender, _ in entries):
+            self._advance_floor()
+            if self.stream.promise_nulls and self.ordering is not None and any(s == self.me for s, _ in entries):
                 self._promise_requested = True  # a member waits for our promise
                 outputs.append(OutNull(src, ()))
             return outputs
@@ -714,6 +741,7 @@ class GroupStack:
         outputs = [*self.stream.on_timeout(now), *self.unicast.on_timeout(now, self.params.push_budget)]
         if self._request_at is not None and now >= self._request_at:
             outputs += self._request_promise(now)
+        self._advance_floor()
         outputs += self.on_agreement(self.agreement.on_timeout(now), now)
         return outputs + self.progress(now)
 
@@ -763,7 +791,7 @@ class GroupStack:
 
     def _digest(self, out: OutDigest) -> list[Frame]:
         aggregate = out.aggregate
-        wire = None if aggregate is None else (aggregate.level, aggregate.roster, aggregate.floors)
+        wire = None if aggregate is None else (aggregate.level, aggregate.roster, aggregate.floors, aggregate.clock)
         return [(MsgType.DIGEST, out.dst, Flag.NONE, encode_digest(self.tag, out.entries, wire))]
 
     def _null(self, out: OutNull) -> list[Frame]:

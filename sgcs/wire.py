@@ -265,7 +265,8 @@ def decode_leave_untrusted(body: bytes) -> LeaveMsg:
 # ranges   := group_tag Q | sender Q | pull B | count B | (low Q, high Q)*   (NACK)
 # entries  := group_tag Q | acks                           (STABLE, UNICAST_ACK)
 # null     := entries [| clock varint]                    (NULL; the clock: a promise, ordered groups)
-# digest   := entries [| level B | roster I | acks]         (DIGEST; the optional part: stability gossip)
+# digest   := entries [| level B | roster I | acks [| clock varint]]
+#             (DIGEST; the optional part: stability gossip, with the promise clock of ordered groups)
 
 MAX_RECORDS = 1_024
 MAX_ACKS = 32_768
@@ -444,17 +445,20 @@ _AGGREGATE = struct.Struct("!BI")
 MAX_LEVEL = 63
 
 
-def encode_digest(tag: int, entries: "tuple[tuple[int, int], ...]",
-                  aggregate: "tuple[int, int, tuple[tuple[int, int], ...]] | None") -> bytes:
+AggregateFields = tuple[int, int, "tuple[tuple[int, int], ...]", int]
+"""(level, roster, floors, clock) of a digest's stability gossip."""
+
+
+def encode_digest(tag: int, entries: "tuple[tuple[int, int], ...]", aggregate: AggregateFields | None) -> bytes:
     body = encode_entries(tag, entries)
     if aggregate is None:
         return body
-    level, roster, floors = aggregate
-    return body + _AGGREGATE.pack(level, roster) + encode_acks(floors)
+    level, roster, floors, clock = aggregate
+    return body + _AGGREGATE.pack(level, roster) + encode_acks(floors) + (_clock_bytes(clock) if clock else b"")
 
 
-def decode_digest_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], ...], tuple[int, int, tuple[tuple[int, int], ...]] | None]":
-    """(group tag, entries, (level, roster, floors) or None)."""
+def decode_digest_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], ...], AggregateFields | None]":
+    """(group tag, entries, (level, roster, floors, clock; 0 when absent) or None)."""
     if len(body) < _TAG.size + 1:
         raise DecodeError("length", "digest")
     (tag,) = _TAG.unpack_from(body)
@@ -467,9 +471,7 @@ def decode_digest_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], .
     if level > MAX_LEVEL:
         raise DecodeError("body", f"aggregate level {level}")
     floors, end = decode_acks_untrusted(body, end + _AGGREGATE.size)
-    if end != len(body):
-        raise DecodeError("length", "trailing bytes")
-    return tag, entries, (level, roster, floors)
+    return tag, entries, (level, roster, floors, _decode_clock(body, end, "digest"))
 
 
 _DEST = struct.Struct("!Q")

@@ -21,6 +21,7 @@ found, reduced to a few steps.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from collections import deque
@@ -59,8 +60,9 @@ class Cluster:
     """Nodes, the datagrams in flight between them, the clock, the trace, and
     the incremental checks of invariants 1, 2, 5 and 7 over that trace."""
 
-    def __init__(self, order: Order = Order.FIFO) -> None:
+    def __init__(self, order: Order = Order.FIFO, config: Config = CONFIG) -> None:
         self.order = order
+        self.config = config
         self.now = 0.0
         self.nodes: dict[int, Node] = {}
         self.paused_until: dict[int, float] = {}
@@ -261,7 +263,7 @@ class Cluster:
 
     def _new_node(self, node_id: int) -> None:
         incarnation = self.incarnation.get(node_id, 0)
-        self.nodes[node_id] = Node(node_id, CONFIG, random.Random(f"{node_id}:{incarnation}"), resolve=lambda n: n,
+        self.nodes[node_id] = Node(node_id, self.config, random.Random(f"{node_id}:{incarnation}"), resolve=lambda n: n,
                                    trace=True, incarnation=incarnation)
         self.next_id = max(self.next_id, node_id + 1)
         self.paused_until.pop(node_id, None)
@@ -381,10 +383,11 @@ class MembershipNetwork(RuleBasedStateMachine):
     ORDER = Order.FIFO
     RECOVERS = True
     """Crashed nodes may restart (same id, next incarnation)."""
+    CONFIG = CONFIG
 
     def __init__(self) -> None:
         super().__init__()
-        self.net = Cluster(self.ORDER)
+        self.net = Cluster(self.ORDER, self.CONFIG)
 
     @initialize(count=st.integers(3, 5))
     def start(self, count: int) -> None:
@@ -481,6 +484,9 @@ def _explore(machine: type[MembershipNetwork], examples: int) -> type[Membership
 test_membership_network = _explore(MembershipNetwork, 80).TestCase
 test_membership_network_total = _explore(
     type("MembershipNetworkTotal", (MembershipNetwork,), {"ORDER": Order.TOTAL}), 40).TestCase
+test_membership_network_total_gossip_promises = _explore(
+    type("MembershipNetworkTotalGossip", (MembershipNetwork,),
+         {"ORDER": Order.TOTAL, "CONFIG": dataclasses.replace(CONFIG, promises="gossip")}), 20).TestCase
 
 
 # ---------------------------------------------------------------------- scripted scenarios

@@ -3,6 +3,7 @@ that drives several nodes through loss, duplication, reordering and crashes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
@@ -21,8 +22,8 @@ from sgcs.wire import Flag, MsgType, derive_key, encode_records, group_tag, seal
 CONFIG = Config(secret=b"node-test-secret")
 
 
-def make_node(node_id: int) -> Node:
-    return Node(node_id, CONFIG, random.Random(node_id), resolve=lambda n: n, trace=True)
+def make_node(node_id: int, config: Config = CONFIG) -> Node:
+    return Node(node_id, config, random.Random(node_id), resolve=lambda n: n, trace=True)
 
 
 def of(kind: type, actions: list) -> list:
@@ -240,6 +241,7 @@ class AdversarialNetwork(RuleBasedStateMachine):
 
     ORDER = Order.FIFO
     CRASHES = True
+    CONFIG = CONFIG
 
     def __init__(self) -> None:
         super().__init__()
@@ -257,7 +259,7 @@ class AdversarialNetwork(RuleBasedStateMachine):
     def start(self, count: int) -> None:
         ids = list(range(1, count + 1))
         for i in ids:
-            self.nodes[i] = make_node(i)
+            self.nodes[i] = make_node(i, self.CONFIG)
             self.delivered[i] = []
             self._route(i, self.nodes[i].join("g", self.now, order=self.ORDER, members=ids))
 
@@ -300,7 +302,7 @@ class AdversarialNetwork(RuleBasedStateMachine):
         self.crashed.discard(node_id)
         self.incarnations[node_id] = self.incarnations.get(node_id, 0) + 1
         incarnation = self.incarnations[node_id]
-        self.nodes[node_id] = Node(node_id, CONFIG, random.Random(f"{node_id}:{incarnation}"),
+        self.nodes[node_id] = Node(node_id, self.CONFIG, random.Random(f"{node_id}:{incarnation}"),
                                    resolve=lambda n: n, trace=True, incarnation=incarnation)
         self.delivered[node_id] = []  # a new incarnation has a history of its own
         self._route(node_id, self.nodes[node_id].join("g", self.now, order=self.ORDER))
@@ -414,15 +416,20 @@ AdversarialNetwork.TestCase.settings = _settings(60, 40)
 test_adversarial_network = AdversarialNetwork.TestCase
 
 
-def _ordered(order: Order) -> type[AdversarialNetwork]:
-    machine = type(f"Adversarial{order.name.title()}", (AdversarialNetwork,), {"ORDER": order})
-    machine.TestCase.settings = _settings(100, 80)
+def _ordered(order: Order, config: Config = CONFIG, examples: int = 100) -> type[AdversarialNetwork]:
+    gossip = "Gossip" if config.promises == "gossip" else ""
+    machine = type(f"Adversarial{order.name.title()}{gossip}", (AdversarialNetwork,), {"ORDER": order, "CONFIG": config})
+    machine.TestCase.settings = _settings(examples, 80)
     return machine
 
 
+GOSSIP_PROMISES = dataclasses.replace(CONFIG, promises="gossip")
+"""Promises by the stability all-reduce, which ``auto`` uses above 64 members: here in groups of 3 to 5."""
 test_adversarial_causal = _ordered(Order.CAUSAL).TestCase
 test_adversarial_total = _ordered(Order.TOTAL).TestCase
 test_adversarial_safe = _ordered(Order.SAFE).TestCase
+test_adversarial_total_gossip_promises = _ordered(Order.TOTAL, GOSSIP_PROMISES, 50).TestCase
+test_adversarial_safe_gossip_promises = _ordered(Order.SAFE, GOSSIP_PROMISES, 50).TestCase
 
 
 def test_joiner_with_another_order_is_refused_and_the_group_undisturbed() -> None:
@@ -496,3 +503,23 @@ def test_members_that_end_a_view_apart_deliver_its_messages_in_one_order(order: 
     machine.teardown()
     machine.no_duplicates_and_fifo()
     machine.total_and_causal_order()
+
+
+@pytest.mark.parametrize("order", [Order.TOTAL, Order.SAFE])
+def test_promises_by_gossip_order_messages_alike_without_nulls(order: Order) -> None:
+    """Promises by gossip (as ``auto`` chooses above 64 members): every member
+    delivers every message, in one order, and nobody sends a null."""
+    machine = _ordered(order, GOSSIP_PROMISES)()
+    nulls = []
+    route = machine._route
+    machine._route = lambda node_id, actions: (  # type: ignore[method-assign]
+        nulls.extend(a for a in actions if isinstance(a, Multicast | Send) and a.msg_type is MsgType.NULL),
+        route(node_id, actions))
+    machine.start(5)
+    for _ in range(3):
+        for sender in range(1, 6):
+            machine.send(_Pick(sender), b"m")
+    machine.teardown()  # lossless: the final sends must arrive too
+    logs = list(machine.delivered.values())
+    assert all(log == logs[0] for log in logs) and len(logs[0]) == 20, logs
+    assert not nulls

@@ -100,6 +100,10 @@ class Aggregate:
     level: int
     roster: int
     floors: tuple[Ack, ...]
+    clock: int = 0
+    """Ordered groups whose promises go by gossip: the lowest clock the
+    2**level members vouch for (every message at or below it, anywhere, is
+    stable); 0: none."""
 
 
 @dataclass(frozen=True, slots=True)

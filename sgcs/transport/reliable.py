@@ -42,6 +42,21 @@ it would vouch for members that never had those records.)
 Ordered groups (``ack_nulls``) also send an idle member's ACKs as nulls,
 which become its multicast promise.
 
+**Promises by gossip** (``promise_gossip``: total and safe order in large
+views). Instead of every member multicasting a null for every message (O(N)
+datagrams, each received by N), the all-reduce carries one more value per
+level: the lowest *promise clock* of the 2**k members. A member vouches for
+``min(its Lamport clock, timestamp of its oldest own message not yet stable
+- 1)``: its later messages carry larger timestamps, and its earlier ones at
+or below that value are held by every member. The minimum over the view,
+``promise_floor``, is then a timestamp at or below which every message that
+will ever exist is already held here: the order delivers up to it. It costs
+two all-reduces (the message becomes stable, then its sender's clock
+climbs), about 2 ceil(log2 N) gossip rounds, and no datagram per message.
+While the values move, every changed level goes out each round; every
+fourth round the round's level goes out anyway, so a lost update is
+repeated.
+
 **Flow control.** The window is the number of records, from all senders, held
 here and not yet stable. The send delay is ``send_delay_min`` at an empty
 window and grows as ``send_delay_scale * W / (window_max - W)``; at
@@ -55,6 +70,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from dataclasses import dataclass
 
 from ..membership.roster import Roster, roster_of
@@ -108,6 +124,9 @@ class TransportParams:
     """... and at most ``promise_spacing * N`` after, in a view of N (``Config.promise_spacing``)."""
     ack_nulls: bool = False
     """Send idle members' ACKs as null messages (ordered groups turn them into promises)."""
+    promises: str = "auto"
+    """Total and safe order: ``"direct"`` (nulls), ``"gossip"`` (the all-reduce), or
+    ``"auto"``: gossip in views larger than ``ACK_MATRIX_MAX`` (``Config.promises``)."""
     window_max: int = 4_096
     send_delay_min: float = 0.0
     send_delay_scale: float = 0.001
@@ -240,6 +259,17 @@ class ReliableStream:
         self.stability_cap: dict[int, int] | None = None
         """During a view change: nothing past the snapshot (then the cut) becomes
         stable, since members new to the next view start there and may need it."""
+        self.promise_nulls = params.ack_nulls
+        """Send promises as nulls (ordered groups in small views; the group sets it per view)."""
+        self.promise_gossip = False
+        """Carry promise clocks in the stability all-reduce instead (the group sets it per view)."""
+        self.lamport = 0
+        """Our Lamport clock, as the group's order last told us."""
+        self._own_clocks: deque[tuple[int, int]] = deque()
+        """(last record, timestamp) of our own messages not yet stable, oldest first."""
+        self._clock_levels: list[int] = []
+        """Per level, the promise clock of the 2**k members before us (latest heard)."""
+        self._sent_clocks: list[int] = []
         self.set_members(members)
 
     # ------------------------------------------------------------------ view
@@ -259,6 +289,8 @@ class ReliableStream:
         self._null_delay = min(self.params.ack_interval, self.params.promise_spacing * n)
         self._levels = [{} for _ in range(math.ceil(math.log2(n)) if n > 1 else 0)]
         self._sent_floors = [() for _ in self._levels]
+        self._clock_levels = [0] * len(self._levels)
+        self._sent_clocks = [0] * len(self._levels)
         self._others_floor = {}
         self._acked = {} if n <= ACK_MATRIX_MAX else None
         self._position = self._index[self.me]
@@ -323,6 +355,8 @@ class ReliableStream:
             self._next_seq += 1
         for record in records:
             self._buffer(record)
+        if clock:
+            self._own_clocks.append((self._next_seq - 1, clock))
         self._gc_due = self._gc_due or not self._levels  # alone: stable at once
         self._counts["sent"] += len(records)
         return first, [OutRecords(None, tuple(records), "data")]
@@ -424,7 +458,7 @@ class ReliableStream:
             # a FIFO member that seldom sends keeps only its freshest ACKs
             # (ordered groups carry them all: their limit is never reached)
             self._dirty.pop(next(iter(self._dirty)))
-        if self.params.ack_nulls:
+        if self.promise_nulls:
             self._ack_due[sender] = inbound.contig
             if self._ack_at is None:
                 self._ack_at = now + self._null_delay
@@ -574,7 +608,7 @@ class ReliableStream:
             elif high > mine and sender != self.me and self._inbound_of(sender).synced and self.params.gossip_enabled:
                 ranges = self._inbound_of(sender).missing(self.params.nack_max_ranges)
                 out.append(OutNack(src, sender, ranges, pull=True))
-            if sender == src and mine and self.params.ack_nulls:
+            if sender == src and mine and self.promise_nulls:
                 out.append(OutNull(src, ((src, mine),)))  # ordered groups: a fresh promise for src
         if pushed:
             self._counts["pushes"] += len(pushed)
@@ -588,6 +622,8 @@ class ReliableStream:
             return
         if self.members[(self._position - (1 << k)) % n] != src:
             return  # not the member whose window ends just before ours
+        if aggregate.clock > self._clock_levels[k]:
+            self._clock_levels[k] = aggregate.clock
         level, store, linger, others_floor = self._levels[k], self._store, self._linger, self._others_floor
         for sender, floor in aggregate.floors:
             # only streams we hold unstable records of (or linger on) keep state
@@ -641,21 +677,28 @@ class ReliableStream:
         self._collect_garbage()
         self._retire_quiet_senders()
         senders = self._digest_senders()
-        if not senders or not self._levels:
+        if not self._levels:
             return []
         depth = len(self._levels)
         k = (self._round - 1) % depth
+        clocks = self._clock_floors() if self.promise_gossip else [0] * depth
+        refresh = self.promise_gossip and self._round % 4 == 0  # a lost clock update is sent again
+        if not senders and not refresh and clocks == self._sent_clocks:
+            return []
         # Every level may have changed: each depends on our own numbers, which
         # rise at any time, and on the levels below it.
         floors = self._floors(senders)
-        direct = self._acked is not None  # small views learn stability from the ACKs: one level per round
+        # small views learn stability from the ACKs: one level per round (promise clocks climb by gossip only)
+        direct = self._acked is not None and not self.promise_gossip
         assert self._roster is not None
         tag, linger = self._roster.tag, self._linger
         out: list[Out] = []
         for level in range(depth):
-            if level != k and (direct or floors[level] == self._sent_floors[level]):
+            changed = floors[level] != self._sent_floors[level] or clocks[level] != self._sent_clocks[level]
+            if level != k and (direct or not changed) or level == k and not (senders or refresh or changed):
                 continue
             self._sent_floors[level] = floors[level]
+            self._sent_clocks[level] = clocks[level]
             for sender in senders:
                 if sender in linger:
                     linger[sender] &= ~(1 << level)
@@ -664,8 +707,29 @@ class ReliableStream:
             repair = level == k and self.params.gossip_enabled
             entries = tuple((s, self._contig_of(s)) for s in senders) if repair else ()
             target = self.members[(self._position + (1 << level)) % len(self.members)]
-            out.append(OutDigest(target, entries, Aggregate(level, tag, floors[level])))
+            out.append(OutDigest(target, entries, Aggregate(level, tag, floors[level], clocks[level])))
         return out
+
+    def _promise_clock(self) -> int:
+        """What we vouch for: our later messages carry larger timestamps, and
+        our earlier ones at or below it are stable (held by every member)."""
+        own = self._own_clocks
+        return min(self.lamport, own[0][1] - 1) if own else self.lamport
+
+    def _clock_floors(self) -> list[int]:
+        """Per level, the promise clock of the 2**level members ending at us."""
+        running, out = self._promise_clock(), []
+        for level, value in enumerate(self._clock_levels):
+            if level:
+                running = min(running, self._clock_levels[level - 1])
+            out.append(running)
+        return out
+
+    def promise_floor(self) -> int:
+        """A timestamp at or below which every message that will ever be sent
+        in this view is held here (promises by gossip; 0 until every level
+        has been heard)."""
+        return min(self._promise_clock(), *self._clock_levels) if self._clock_levels else self._promise_clock()
 
     def _floors(self, senders: list[int]) -> list[tuple[Ack, ...]]:
         """Per level, the floors of ``senders``: the lowest number held by the
@@ -707,7 +771,7 @@ class ReliableStream:
 
     def next_deadline(self) -> float | None:
         deadlines = [i.nack_at for i in self._nacking.values() if i.nack_at is not None]
-        if self._buffered or self._linger:
+        if self._buffered or self._linger or self.promise_gossip:
             deadlines.append(self._next_gossip)
         if self._ack_at is not None:
             deadlines.append(self._ack_at)
@@ -743,6 +807,10 @@ class ReliableStream:
                         self._buffered -= 1
                 self._stable[sender] = stable
                 self._linger[sender] = (1 << len(self._levels)) - 1
+                if sender == self.me:
+                    own = self._own_clocks
+                    while own and own[0][0] <= stable:
+                        own.popleft()
                 if not stored:
                     self._holders.pop(sender, None)  # nothing left to NACK for
 
