@@ -3,7 +3,7 @@
 
 Usage::
 
-    python benchmarks/stability_rounds.py [--sizes 128,256,1024] [--seeds 3] [--messages 20]
+    python benchmarks/stability_rounds.py [--sizes 128,256,1024] [--seeds 3] [--messages 20] [--extra-levels K]
 
 N streams, one per member, run in one discrete-event loop: every member's
 gossip timer starts at a random phase (members share no clock), datagrams
@@ -34,10 +34,11 @@ WARM_UP = 0.5
 
 
 class Harness:
-    def __init__(self, n: int, seed: int, latency: float, interval: float, spread: float) -> None:
+    def __init__(self, n: int, seed: int, latency: float, interval: float, spread: float,
+                 extra_levels: int = 64) -> None:
         rng = random.Random(seed)
         self.latency, self.interval = latency, interval
-        params = TransportParams(gossip_interval=interval, max_members=max(n, 4_096))
+        params = TransportParams(gossip_interval=interval, max_members=max(n, 4_096), extra_levels=extra_levels)
         members = tuple(range(n))
         # members started up to ``spread`` apart: their round counts (hence
         # the hypercube level of each round) are out of step, as in real life
@@ -123,11 +124,11 @@ class Harness:
 
 
 def measure(n: int, seed: int, messages: int, latency: float, interval: float,
-            in_step: bool) -> tuple[list[float], float]:
+            in_step: bool, extra_levels: int = 64) -> tuple[list[float], float]:
     """Per message: gossip intervals from its send until every member holds it
     stable; and digests sent per member per round."""
     spread = 0.0 if in_step else math.ceil(math.log2(n)) * interval
-    h = Harness(n, seed, latency, interval, spread)
+    h = Harness(n, seed, latency, interval, spread, extra_levels)
     h.run_until(spread + WARM_UP)
     started = h.now
     watch: dict[int, list[float | None]] = {}
@@ -157,6 +158,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--latency", type=float, default=0.001)
     parser.add_argument("--interval", type=float, default=0.1)
+    parser.add_argument("--extra-levels", type=int, default=64,
+                        help="changed levels sent per round besides the round's own (Config.stability_extra_levels)")
     parser.add_argument("--in-step", action="store_true",
                         help="start every member together (round counts in step); default: spread over a cycle")
     args = parser.parse_args()
@@ -169,7 +172,7 @@ def main() -> None:
         spans: list[float] = []
         costs = []
         for seed in range(args.seeds):
-            got, cost = measure(n, seed, args.messages, args.latency, args.interval, args.in_step)
+            got, cost = measure(n, seed, args.messages, args.latency, args.interval, args.in_step, args.extra_levels)
             spans += got
             costs.append(cost)
         spans.sort()

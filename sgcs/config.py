@@ -107,6 +107,13 @@ class Config:
     member then receives at most about ``1 / promise_spacing`` promises per
     second, whatever N, and a total-order message waits about that long for
     its last promise when members send less often than that."""
+    stability_extra_levels: int = 64
+    """Stability gossip: levels of the all-reduce whose values changed that a
+    member sends each round besides the round's own, lowest first. All (the
+    default): a message is stable everywhere after about ceil(log2 N) rounds,
+    for up to ceil(log2 N) digests per member per round under load; 1: about
+    1.5 ceil(log2 N) rounds for about 2 digests; 0: one digest a round and
+    several cycles of ceil(log2 N) rounds (members' rounds are out of step)."""
     promises: str = "auto"
     """How members of a total- or safe-order group promise: ``"direct"``, each
     idle member multicasts a null after it received (latency about
@@ -233,6 +240,7 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
     ("view_timeout", (int, float), 0.01, 600.0),
     ("reassembly_timeout", (int, float), 0.1, 86_400.0),
     ("max_members", int, 2, 32_000),
+    ("stability_extra_levels", int, 0, 64),
 )
 
 

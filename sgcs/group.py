@@ -125,6 +125,7 @@ def build_params(config: Config) -> TransportParams:
         gossip_interval=config.gossip_interval, nack_delay=config.nack_delay,
         nack_backoff_max=config.nack_backoff_max, ack_interval=config.ack_interval,
         promise_spacing=config.promise_spacing, promises=config.promises,
+        extra_levels=config.stability_extra_levels,
         window_max=config.window_max, send_delay_min=config.send_delay_min,
         send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
         max_message=config.max_message,
