@@ -58,6 +58,7 @@ from .wire import (
     encode_null,
     encode_nack,
     encode_records,
+    encode_stable,
     encode_unicast,
     group_tag,
 )
@@ -703,8 +704,9 @@ class GroupStack:
             self.events.append(Delivered(tuple(messages), self.view.view_id))
 
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float,
-                   aggregate: AggregateFields | None = None, clock: int = 0) -> list:
-        """``clock``: a null's promise in ordered groups (0: none)."""
+                   aggregate: AggregateFields | None = None, extra: int = 0) -> list:
+        """``extra``: a null's clock (its promise, ordered groups; 0: none), or
+        the roster tag a stability announcement holds for."""
         if msg_type is MsgType.DIGEST:
             outputs = self.stream.on_digest(src, entries, now, None if aggregate is None else Aggregate(*aggregate))
             self._advance_floor()
@@ -715,11 +717,13 @@ class GroupStack:
         if msg_type is MsgType.NULL:
             self.stream.on_acks(src, entries, now)
             if self.ordering is not None and src in self.view:
-                self.ordering.on_null(src, entries, clock or None)
+                self.ordering.on_null(src, entries, extra or None)
                 self._release(self._deliverable())
                 self._watch_blocker(now)
-        # STABLE (a stability announcement of earlier versions) is ignored:
-        # stability is gossiped within one roster, never taken on trust
+        elif msg_type is MsgType.STABLE:
+            outputs = self.stream.on_stable(src, extra, entries)
+            self._advance_floor()
+            return outputs
         elif msg_type is MsgType.UNICAST_ACK:
             for member, high in entries:
                 if member == self.me:
@@ -799,7 +803,7 @@ class GroupStack:
         return [(MsgType.NULL, out.dst, Flag.NONE, encode_entries(self.tag, out.acks))]
 
     def _stable(self, out: OutStable) -> list[Frame]:
-        return [(MsgType.STABLE, out.dst, Flag.NONE, encode_entries(self.tag, out.entries))]
+        return [(MsgType.STABLE, out.dst, Flag.NONE, encode_stable(self.tag, out.roster, out.entries))]
 
     def _unicast(self, out: UnicastSend) -> list[Frame]:
         return [(MsgType.DATA, out.dst, Flag.UNICAST, encode_unicast(out.dst, self.tag, batch))

@@ -73,6 +73,7 @@ from .wire import (
     decode_entries_untrusted,
     decode_null_untrusted,
     decode_roster_heartbeat_untrusted,
+    decode_stable_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
     decode_nack_untrusted,
@@ -446,17 +447,19 @@ class Node:
 
     def _on_entries(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
         aggregate = None
-        clock = 0
+        extra = 0  # a null's clock, or a stability announcement's roster
         if header.msg_type is MsgType.DIGEST:
             tag, entries, aggregate = decode_digest_untrusted(body)
         elif header.msg_type is MsgType.NULL:
-            tag, entries, clock = decode_null_untrusted(body)
+            tag, entries, extra = decode_null_untrusted(body)
+        elif header.msg_type is MsgType.STABLE:
+            tag, extra, entries = decode_stable_untrusted(body)
         else:
             tag, entries = decode_entries_untrusted(body)
         state = self._member_group(tag)
         out: list[Action] = []
         if state is not None:
-            self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now, aggregate, clock))
+            self._route(out, state, state.on_entries(header.msg_type, header.sender, entries, now, aggregate, extra))
             if state.events:
                 self._drain(out, state, now)
         return out

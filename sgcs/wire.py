@@ -263,7 +263,8 @@ def decode_leave_untrusted(body: bytes) -> LeaveMsg:
 # acks     := count varint, then per entry: sender delta varint (sorted senders), high varint
 # records  := group_tag Q | count H | record*           (DATA, RETRANSMIT, GOSSIP)
 # ranges   := group_tag Q | sender Q | pull B | count B | (low Q, high Q)*   (NACK)
-# entries  := group_tag Q | acks                           (STABLE, UNICAST_ACK)
+# entries  := group_tag Q | acks                           (UNICAST_ACK)
+# stable   := group_tag Q | roster I | acks                (STABLE: every member of that roster holds these)
 # null     := entries [| clock varint]                    (NULL; the clock: a promise, ordered groups)
 # digest   := entries [| level B | roster I | acks [| clock varint]]
 #             (DIGEST; the optional part: stability gossip, with the promise clock of ordered groups)
@@ -415,6 +416,25 @@ def decode_nack_untrusted(body: bytes) -> "tuple[int, int, tuple[tuple[int, int]
 
 def encode_entries(tag: int, entries: "tuple[tuple[int, int], ...]") -> bytes:
     return _TAG.pack(tag) + encode_acks(entries)
+
+
+_ROSTER = struct.Struct("!QI")
+
+
+def encode_stable(tag: int, roster: int, entries: "tuple[tuple[int, int], ...]") -> bytes:
+    """A stability announcement: every member of roster ``roster`` holds each sender up to its number."""
+    return _ROSTER.pack(tag, roster) + encode_acks(entries)
+
+
+def decode_stable_untrusted(body: bytes) -> "tuple[int, int, tuple[tuple[int, int], ...]]":
+    """(group tag, roster tag, entries)."""
+    if len(body) < _ROSTER.size + 1:
+        raise DecodeError("length", "stable")
+    tag, roster = _ROSTER.unpack_from(body)
+    entries, end = decode_acks_untrusted(body, _ROSTER.size)
+    if end != len(body):
+        raise DecodeError("length", "trailing bytes")
+    return tag, roster, entries
 
 
 def encode_null(tag: int, entries: "tuple[tuple[int, int], ...]", clock: int = 0) -> bytes:

@@ -48,7 +48,7 @@ class Network:
         elif isinstance(out, OutNull):
             stream.on_acks(src, out.acks, now)
         elif isinstance(out, OutStable):
-            stream.on_stable(out.entries)
+            self.route(dst, stream.on_stable(src, out.roster, out.entries))
 
     def fire_timers(self, now: float) -> None:
         for i, stream in sorted(self.streams.items()):
@@ -211,3 +211,49 @@ def test_unchanged_stability_levels_are_not_sent_again() -> None:
     assert sum(repair for _, repair in rounds[0]) == 1
     assert [len(r) for r in rounds[1:]] == [1, 1]  # then only the round's own level, with its repair entries
     assert all(repair for r in rounds[1:] for _, repair in r)
+
+
+def test_a_stability_announcement_of_our_roster_is_taken_and_a_lagging_one_answered() -> None:
+    members = (1, 2, 3)
+    tag = roster_of(members).tag
+    a = ReliableStream(1, members, TransportParams(window_max=8), random.Random(1), 0.0)
+    a.send(b"x", 0.0)
+    assert a.on_stable(2, roster_of((1, 2)).tag, ((1, 1),)) == [] and a.window() == 1  # another view's word
+    assert a.on_stable(2, tag, ((1, 1),)) == [] and a.window() == 0  # every member of ours holds it
+    (answer,) = a.on_stable(3, tag, ((1, 0),))  # 3 lags on our stream: we tell it what we know
+    assert (answer.dst, answer.roster, answer.entries) == (3, tag, ((1, 1),))
+
+
+def test_own_messages_unstable_for_two_cycles_ask_the_predecessors() -> None:
+    """Promises by gossip wait on our oldest own unstable message; if a
+    predecessor's last update of our stream was lost (it retired the stream
+    after one more cycle), we ask every predecessor what it knows."""
+    members = tuple(range(100))
+    stream = ReliableStream(3, members, TransportParams(gossip_interval=0.1, max_members=4_096),
+                            random.Random(1), 0.0)
+    stream.promise_gossip = True
+    stream.send(b"x", 0.0, clock=5)
+    asked: list[tuple[int, int]] = []
+    for step in range(1, 40):
+        asked += [(stream._round, o.dst) for o in stream.on_timeout(step * 0.1 + 0.1) if isinstance(o, OutStable)]
+    depth = math.ceil(math.log2(100))
+    assert {r for r, _ in asked} == {1 + 2 * depth, 1 + 4 * depth}  # every two cycles while it waits
+    assert sorted(d for r, d in asked if r == 1 + 2 * depth) == sorted((3 - (1 << k)) % 100 for k in range(depth))
+
+
+def test_the_promise_floor_is_the_least_clock_any_member_vouches_for() -> None:
+    members = (0, 1, 2, 3)
+    stream = ReliableStream(0, members, TransportParams(), random.Random(1), 0.0)
+    stream.promise_gossip = True
+    stream.lamport = 9
+    assert stream.promise_floor() == 0, "no predecessor has spoken yet"
+    tag = roster_of(members).tag
+    stream.on_digest(3, (), 0.1, Aggregate(0, tag, (), 7))  # level 0: member 3
+    stream.on_digest(2, (), 0.1, Aggregate(1, tag, (), 8))  # level 1: members 1 and 2
+    assert stream.promise_floor() == 7
+    stream.send(b"x", 0.1, clock=10)
+    stream.lamport = 10
+    stream.on_digest(3, (), 0.2, Aggregate(0, tag, (), 12))
+    assert stream.promise_floor() == 8
+    stream.on_digest(2, (), 0.2, Aggregate(1, tag, (), 12))
+    assert stream.promise_floor() == 9, "our own unstable message (timestamp 10) holds our word at 9"

@@ -29,6 +29,7 @@ from sgcs.wire import (
     decode_nack_untrusted,
     decode_null_untrusted,
     decode_records_untrusted,
+    decode_stable_untrusted,
     decode_unicast_untrusted,
     derive_key,
     encode_entries,
@@ -38,6 +39,7 @@ from sgcs.wire import (
     encode_null,
     encode_records,
     encode_roster_heartbeat,
+    encode_stable,
     encode_unicast,
     group_tag,
     seal,
@@ -102,6 +104,13 @@ GOLDEN = [
         id="null-promise",
     ),
     pytest.param(
+        lambda: seal(KEY, MsgType.STABLE, Flag.NONE, 1, encode_stable(group_tag("g"), 0x01020304, ((4, 130),))),
+        "5347" "03" "09" "00" "0000000000000001" "0000000000000000" "0000000000000000",
+        # the roster every member of which holds sender 4 up to 130
+        TAG_G + "01020304" "01" "04" "8201",
+        id="stable",
+    ),
+    pytest.param(
         lambda: seal(KEY, MsgType.HEARTBEAT_ROSTER, Flag.NONE, 3,
                      encode_roster_heartbeat(0xDEADBEEF, 2, np.array([1, 65535, 65536 + 7], dtype=np.int64))),
         "5347" "03" "15" "00" "0000000000000003" "0000000000000000" "0000000000000000",
@@ -163,9 +172,11 @@ def test_control_round_trip(tag: int, sender: int, pull: bool, ranges: list, ent
     assert decode_entries_untrusted(encode_entries(tag, entries)) == (tag, entries)
 
 
-@given(tag=st.integers(0, 2**64 - 1), entries=ACKS, clock=st.just(0) | st.integers(1, 2**63 - 1))
-def test_null_round_trip(tag: int, entries: tuple, clock: int) -> None:
+@given(tag=st.integers(0, 2**64 - 1), entries=ACKS, clock=st.just(0) | st.integers(1, 2**63 - 1),
+       roster=st.integers(0, 2**32 - 1))
+def test_null_and_stable_round_trip(tag: int, entries: tuple, clock: int, roster: int) -> None:
     assert decode_null_untrusted(encode_null(tag, entries, clock)) == (tag, entries, clock)
+    assert decode_stable_untrusted(encode_stable(tag, roster, entries)) == (tag, roster, entries)
 
 
 @pytest.mark.parametrize("tail, what", [(b"\x00", "clock out of range"), (b"\x05\x00", "trailing bytes"),
@@ -191,9 +202,9 @@ DECODERS = [
     decode_records_untrusted,
     decode_unicast_untrusted,
     decode_nack_untrusted,
-    decode_null_untrusted,
     decode_entries_untrusted,
     decode_null_untrusted,
+    decode_stable_untrusted,
     decode_hello_untrusted,
     decode_leave_untrusted,
 ]

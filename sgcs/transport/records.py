@@ -126,10 +126,12 @@ class OutNull:
 
 @dataclass(frozen=True, slots=True)
 class OutStable:
-    """Every member has received each listed sender up to the given number, so
-    those records may be dropped: a reply to a digest that lags on stability."""
+    """Every member of the view whose roster tag is ``roster`` holds each
+    listed sender up to the given number, so those records may be dropped: a
+    reply to a digest whose stability gossip lags."""
 
-    dst: int | None
+    dst: int
+    roster: int
     entries: tuple[Ack, ...]
 
 

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from ..membership.roster import Roster, roster_of
 from .reassembly import Reassembly
 from .records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, Message, Out, OutDigest, OutNack, OutNull,
-                      OutRecords, Range, Record)
+                      OutRecords, OutStable, Range, Record)
 
 
 AGGREGATE_MAX = 1_024
@@ -272,6 +272,12 @@ class ReliableStream:
         """(last record, timestamp) of our own messages not yet stable, oldest first."""
         self._clock_levels: list[int] = []
         """Per level, the promise clock of the 2**k members before us (latest heard)."""
+        self._known_stable: dict[int, int] = {}
+        self._stuck = (0, 0)
+        """(our oldest unstable own record, the round since which it is): see ``_ask_if_stuck``."""
+        """Per sender, the prefix every member of the current roster holds, as
+        learnt in this roster (kept after the sender's state retires): what we
+        tell a member whose gossip lags."""
         self._sent_clocks: list[int] = []
         self.set_members(members)
 
@@ -294,6 +300,7 @@ class ReliableStream:
         self._sent_floors = [() for _ in self._levels]
         self._clock_levels = [0] * len(self._levels)
         self._sent_clocks = [0] * len(self._levels)
+        self._known_stable = {}
         self._others_floor = {}
         self._acked = {} if n <= ACK_MATRIX_MAX else None
         self._position = self._index[self.me]
@@ -595,9 +602,11 @@ class ReliableStream:
         """Push what ``src`` lacks; pull what we lack from it; merge its stability gossip."""
         if src not in self._index:
             return []
-        if aggregate is not None:
-            self._merge_aggregate(src, aggregate)
         out: list[Out] = []
+        if aggregate is not None:
+            lagging = self._merge_aggregate(src, aggregate)
+            if lagging and self._roster is not None:
+                out.append(OutStable(src, self._roster.tag, lagging))
         budget = self.params.push_budget
         pushed: list[Record] = []
         self._collect_garbage()
@@ -618,17 +627,23 @@ class ReliableStream:
             out.append(OutRecords(src, tuple(pushed), "gossip"))
         return out
 
-    def _merge_aggregate(self, src: int, aggregate: Aggregate) -> None:
-        """Keep the floors of our level-k predecessor (same roster only)."""
+    def _merge_aggregate(self, src: int, aggregate: Aggregate) -> tuple[Ack, ...]:
+        """Keep the floors of our level-k predecessor (same roster only).
+        Returns the floors it sent below what we know stable: it lags (an
+        update of its own predecessor was lost, and that member has since
+        retired the sender), and ``on_digest`` tells it."""
         k, n = aggregate.level, len(self.members)
         if self._roster is None or aggregate.roster != self._roster.tag or k >= len(self._levels):
-            return
+            return ()
         if self.members[(self._position - (1 << k)) % n] != src:
-            return  # not the member whose window ends just before ours
+            return ()  # not the member whose window ends just before ours
         if aggregate.clock > self._clock_levels[k]:
             self._clock_levels[k] = aggregate.clock
         level, store, linger, others_floor = self._levels[k], self._store, self._linger, self._others_floor
+        known, lagging = self._known_stable, []
         for sender, floor in aggregate.floors:
+            if known.get(sender, 0) > floor:
+                lagging.append((sender, known[sender]))
             # only streams we hold unstable records of (or linger on) keep state
             before = level.get(sender, 0)
             if floor > before and (store.get(sender) or sender in linger):
@@ -639,6 +654,47 @@ class ReliableStream:
                 if others > others_floor.get(sender, 0):
                     others_floor[sender] = others
                     self._gc_senders.add(sender)
+        return tuple(lagging)
+
+    def on_stable(self, src: int, roster: int, entries: tuple[Ack, ...]) -> list[Out]:
+        """``src`` knows every member of roster ``roster`` holds these prefixes.
+        Within our own roster its word is as good as our own all-reduce. Where
+        we know more, we answer with what we know: ``src`` asked (its own
+        messages stayed unstable for two cycles, ``_ask_if_stuck``), or lags."""
+        if self._roster is None or roster != self._roster.tag or src not in self._index:
+            return []
+        store, linger, others_floor, known = self._store, self._linger, self._others_floor, self._known_stable
+        better: list[Ack] = []
+        for sender, high in entries:
+            if sender not in self._index:
+                continue
+            if known.get(sender, 0) > high:
+                better.append((sender, known[sender]))
+            elif high > others_floor.get(sender, 0) and (store.get(sender) or sender in linger):
+                others_floor[sender] = high
+                self._gc_senders.add(sender)
+        return [OutStable(src, roster, tuple(better))] if better else []
+
+    def _ask_if_stuck(self, depth: int) -> list[Out]:
+        """Promises by gossip: our oldest own message unstable for two cycles
+        of levels, though every member holds it, means a predecessor's last
+        update of our stream was lost and it has since retired that stream
+        (it lingers one cycle). Our promise clock, hence every member's
+        delivery, waits on it: ask our predecessors what they know."""
+        own = self._own_clocks
+        if not own or self._roster is None:
+            self._stuck = (0, 0)
+            return []
+        head, since = self._stuck
+        if head != own[0][0]:
+            self._stuck = (own[0][0], self._round)
+            return []
+        waited = self._round - since
+        if waited < 2 * depth or waited % (2 * depth):
+            return []
+        n, query = len(self.members), ((self.me, self._stable.get(self.me, 0)),)
+        predecessors = {self.members[(self._position - (1 << k)) % n] for k in range(depth)} - {self.me}
+        return [OutStable(p, self._roster.tag, query) for p in sorted(predecessors)]
 
     # ------------------------------------------------------------------ timers
 
@@ -687,10 +743,11 @@ class ReliableStream:
             return []
         depth = len(self._levels)
         k = (self._round - 1) % depth
+        asks = self._ask_if_stuck(depth) if self.promise_gossip else []
         clocks = self._clock_floors() if self.promise_gossip else [0] * depth
         refresh = self.promise_gossip and self._round % 4 == 0  # a lost clock update is sent again
         if not senders and not refresh and clocks == self._sent_clocks:
-            return []
+            return asks
         # Every level may have changed: each depends on our own numbers, which
         # rise at any time, and on the levels below it.
         floors = self._floors(senders)
@@ -698,8 +755,8 @@ class ReliableStream:
         direct = self._acked is not None and not self.promise_gossip
         assert self._roster is not None
         tag, linger = self._roster.tag, self._linger
-        out: list[Out] = []
         extras = self.params.extra_levels  # the lowest changed levels first: a value climbs from level 0
+        out: list[Out] = asks
         for level in range(depth):
             changed = floors[level] != self._sent_floors[level] or clocks[level] != self._sent_clocks[level]
             if level != k and (direct or not changed) or level == k and not (senders or refresh or changed):
@@ -810,6 +867,8 @@ class ReliableStream:
             stable = self._floor(sender)
             if cap is not None:
                 stable = min(stable, cap.get(sender, 0))
+            if stable > self._known_stable.get(sender, 0):
+                self._known_stable[sender] = stable
             previous = self._stable.get(sender, 0)
             if stable > previous:
                 span = range(previous + 1, stable + 1) if stable - previous <= len(stored) else sorted(stored)

@@ -197,6 +197,8 @@ def _decoder_targets() -> dict[str, DecoderTarget]:
             wire.encode_entries(TAG, ((1, 5), (3, 2))),)),
         "decode_null_untrusted": DecoderTarget(_one("decode_null_untrusted"), (
             wire.encode_null(TAG, ((1, 5), (3, 2)), 9),)),
+        "decode_stable_untrusted": DecoderTarget(_one("decode_stable_untrusted"), (
+            wire.encode_stable(TAG, 7, ((1, 5), (3, 2))),)),
         "decode_digest_untrusted": DecoderTarget(_one("decode_digest_untrusted"), (
             wire.encode_digest(TAG, ((1, 5),), None), wire.encode_digest(TAG, ((1, 5),), (2, 3, ((2, 1),), 0)),
             wire.encode_digest(TAG, ((1, 5),), (2, 3, ((2, 1),), 17)))),
@@ -333,7 +335,10 @@ def _structured(r: Reader, h: Harness) -> tuple[int, int, int, bytes]:
         body = wire.encode_digest(r.tag(), r.entries(), aggregate)
     elif msg_type is MsgType.NULL:
         body = wire.encode_null(r.tag(), r.entries(), r.int(63) if r.byte() & 1 else 0)
-    elif msg_type in (MsgType.STABLE, MsgType.UNICAST_ACK):
+    elif msg_type is MsgType.STABLE:
+        roster = h.node.detector._roster_tag if r.byte() < 192 else r.int(32)
+        body = wire.encode_stable(r.tag(), roster, r.entries())
+    elif msg_type is MsgType.UNICAST_ACK:
         body = wire.encode_entries(r.tag(), r.entries())
     elif msg_type is MsgType.HELLO:
         body = wire.encode_hello(HelloMsg(r.tag(), ORDERS[r.byte() % 4], bool(r.byte() & 1)))
