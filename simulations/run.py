@@ -16,7 +16,6 @@ refresh rate, so it costs nothing measurable.
 
 from __future__ import annotations
 
-import gc
 import shutil
 import sys
 import time
@@ -102,33 +101,12 @@ def simulate(
     simulator = Simulator(scenario, out, net_bucket)
     show = sys.stderr.isatty() if progress is None else progress
     started = time.perf_counter()  # wall clock for the summary only
-    with _progress_bar(scenario.duration, show) as update, _rare_collections():
+    with _progress_bar(scenario.duration, show) as update:
         simulator.run(update)
     wall = time.perf_counter() - started
     summary = _summarise(simulator, out, wall)
     write_json(out / "summary.json", summary.to_json())
     return summary
-
-
-GC_THRESHOLD = 100_000
-"""Allocations between two young-generation collections during a run (Python's default is 700)."""
-
-
-@contextmanager
-def _rare_collections() -> Iterator[None]:
-    """A run allocates millions of short-lived tuples and messages, nearly
-    none in reference cycles, and the cyclic collector's passes over the young
-    generation took about a tenth of a 1,000-node run (py-spy). Collect rarely
-    while it runs; the long-lived state built at start-up is frozen out of the
-    collector's way."""
-    before = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, before[1], before[2])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
 
 
 def meta_of(scenario: Scenario, net_bucket: float) -> dict[str, object]:

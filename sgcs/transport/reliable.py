@@ -71,6 +71,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..membership.roster import Roster, roster_of
@@ -749,23 +750,26 @@ class ReliableStream:
         if not senders and not refresh and clocks == self._sent_clocks:
             return asks
         # Every level may have changed: each depends on our own numbers, which
-        # rise at any time, and on the levels below it.
-        floors = self._floors(senders)
+        # rise at any time, and on the levels below it. Rows are computed
+        # level by level, and no further than needed: past the round's own
+        # level with no extra level left to send, the rest can wait.
         # small views learn stability from the ACKs: one level per round (promise clocks climb by gossip only)
         direct = self._acked is not None and not self.promise_gossip
         assert self._roster is not None
         tag, linger = self._roster.tag, self._linger
         extras = self.params.extra_levels  # the lowest changed levels first: a value climbs from level 0
         out: list[Out] = asks
-        for level in range(depth):
-            changed = floors[level] != self._sent_floors[level] or clocks[level] != self._sent_clocks[level]
+        for level, floors in enumerate(self._floor_rows(senders)):
+            if level > k and (direct or extras == 0):
+                break
+            changed = floors != self._sent_floors[level] or clocks[level] != self._sent_clocks[level]
             if level != k and (direct or not changed) or level == k and not (senders or refresh or changed):
                 continue
             if level != k:
                 if extras == 0:
                     continue
                 extras -= 1
-            self._sent_floors[level] = floors[level]
+            self._sent_floors[level] = floors
             self._sent_clocks[level] = clocks[level]
             for sender in senders:
                 if sender in linger:
@@ -775,7 +779,7 @@ class ReliableStream:
             repair = level == k and self.params.gossip_enabled
             entries = tuple((s, self._contig_of(s)) for s in senders) if repair else ()
             target = self.members[(self._position + (1 << level)) % len(self.members)]
-            out.append(OutDigest(target, entries, Aggregate(level, tag, floors[level], clocks[level])))
+            out.append(OutDigest(target, entries, Aggregate(level, tag, floors, clocks[level])))
         return out
 
     def _promise_clock(self) -> int:
@@ -799,23 +803,20 @@ class ReliableStream:
         has been heard)."""
         return min(self._promise_clock(), *self._clock_levels) if self._clock_levels else self._promise_clock()
 
-    def _floors(self, senders: list[int]) -> list[tuple[Ack, ...]]:
-        """Per level, the floors of ``senders``: the lowest number held by the
-        2**level members ending at us. Our stable prefix bounds each from
+    def _floor_rows(self, senders: list[int]) -> Iterator[tuple[Ack, ...]]:
+        """Level by level, the floors of ``senders``: the lowest number held by
+        the 2**level members ending at us. Our stable prefix bounds each from
         below: every member of the view holds that much. (A member that learnt
         stability from the ACK matrix, before the all-reduce completed, must
-        still pass it on: the others may depend on the gossip alone.) One pass
-        per sender over the levels."""
-        levels, stable = self._levels, self._stable
-        rows: list[list[Ack]] = [[] for _ in levels]
-        for sender in senders:
-            running = self._contig_of(sender)
-            low = stable.get(sender, 0)
-            for level, row in enumerate(rows):
-                if level:
-                    running = min(running, levels[level - 1].get(sender, 0))
-                row.append((sender, max(running, low)))
-        return [tuple(row) for row in rows]
+        still pass it on: the others may depend on the gossip alone.)"""
+        stable = self._stable
+        lows = [stable.get(sender, 0) for sender in senders]
+        running = [self._contig_of(sender) for sender in senders]
+        for level in range(len(self._levels)):
+            if level:
+                below = self._levels[level - 1]
+                running = [min(r, below.get(s, 0)) for r, s in zip(running, senders)]
+            yield tuple((s, r if r > low else low) for s, r, low in zip(senders, running, lows))
 
     def _retire_quiet_senders(self) -> None:
         """A sender all stable here, whose lingering is over (every level sent
