@@ -276,6 +276,8 @@ class ReliableStream:
         self._known_stable: dict[int, int] = {}
         self._stuck = (0, 0)
         """(our oldest unstable own record, the round since which it is): see ``_ask_if_stuck``."""
+        self._retired: dict[int, int] = {}
+        """Senders whose stability state retired, oldest first, with the round it did."""
         """Per sender, the prefix every member of the current roster holds, as
         learnt in this roster (kept after the sender's state retires): what we
         tell a member whose gossip lags."""
@@ -833,6 +835,21 @@ class ReliableStream:
             self._holders.pop(sender, None)
             for level in self._levels:
                 level.pop(sender, None)
+            self._retired.pop(sender, None)  # to the end: the table is kept oldest first
+            self._retired[sender] = self._round
+        # What we know stable of a retired stream answers a member that lags
+        # on it (it asks after two cycles): kept four cycles, then forgotten,
+        # with its stable prefix. Kept for every sender ever heard, the two
+        # tables held 10,000 x 10,000 numbers at N = 10,000 (over 8 GB).
+        horizon = self._round - 4 * max(1, len(self._levels))
+        while self._retired:
+            sender, since = next(iter(self._retired.items()))
+            if since > horizon:
+                break
+            del self._retired[sender]
+            if not self._store.get(sender) and sender not in self._linger:
+                self._known_stable.pop(sender, None)
+                self._stable.pop(sender, None)
 
     def _nulls(self, acks: list[Ack], now: float) -> list[Out]:
         self._counts["nulls"] += len(acks)
