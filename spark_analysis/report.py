@@ -81,7 +81,9 @@ class _Jobs:
         from .invariants import prepare
 
         self.spark, self.runs, self.progress = spark, runs, progress
+        self.meta_rows = readers.meta_rows(runs)
         self.meta_df = readers.runs_meta(spark, runs)
+        self.orders: set[str] | None = None
         self.events = prepare(readers.read_events(spark, runs)).persist()
         self.net = readers.read_net(spark, runs)
         self.stats = readers.read_stats(spark, runs)
@@ -93,18 +95,26 @@ class _Jobs:
             self.metrics[run][section] = per_run(run)
 
     def meta_and_rows(self) -> None:
+        import pandas as pd
         from pyspark.sql import functions as F
 
         from .readers import dataset_rows
 
         self.progress("reading traces")
-        meta = _pandas(self.meta_df.drop("scenario", "pauses", "orders"))
-        # also the first scan of the events, which fills their cache
-        kinds = _pandas(self.events.groupBy("run", "kind").agg(F.count("*").alias("n")))
+        # meta.json's fields as runs_meta has them, from the parsed files (no Spark job)
+        meta = pd.DataFrame([{k: v for k, v in row.items() if k not in ("scenario", "pauses", "orders")}
+                             for row in self.meta_rows])
+        # One job: rows per kind and the delivery orders present (the invariant checks skip
+        # the orders absent); also the first scan of the events, which fills their cache.
+        kinds = self.events.groupBy("run", "kind", "order").agg(F.count("*").alias("n")).collect()
+        self.orders = {str(r["order"]) for r in kinds if r["order"] is not None}
+        counts: dict[str, dict[str, int]] = {run: {} for run in self.runs}
+        for r in sorted(kinds, key=lambda r: (r["run"], r["kind"] or "")):
+            by_kind = counts[r["run"]]
+            by_kind[str(r["kind"])] = by_kind.get(str(r["kind"]), 0) + int(r["n"])
 
         def rows(run: str) -> dict[str, Any]:
-            mine = kinds[kinds["run"] == run]
-            by_kind = {str(k): int(n) for k, n in zip(mine["kind"], mine["n"])}
+            by_kind = counts[run]
             return {"events": sum(by_kind.values()), "net": dataset_rows(run, "net"),
                     "stats": dataset_rows(run, "stats"), "by_kind": by_kind}
 
@@ -134,9 +144,8 @@ class _Jobs:
     def invariants(self) -> None:
         from .invariants import check_invariants
 
-        orders = {str(row[0]) for row in self.events.select("order").distinct().collect() if row[0] is not None}
         found = check_invariants(self.events, self.runs, progress=lambda key: self.progress(f"invariant {key}"),
-                                 orders=orders)
+                                 orders=self.orders)
         self.put("invariants", lambda run: _clean(found[run]))
 
     def detection(self) -> None:

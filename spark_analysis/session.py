@@ -23,7 +23,10 @@ one with:
 ``tune_for_rows`` adapts the SQL settings to the input's size: below
 ``SMALL_ROWS`` rows a job is dominated by per-stage overhead (scheduling,
 adaptive re-planning, Java code generation), so it runs with one shuffle
-partition per core, no adaptive execution and no whole-stage code generation;
+partition per core, no adaptive execution, no whole-stage code generation and
+no generated code for single expressions either (``spark.sql.codegen.factoryMode``
+NO_CODEGEN: projections, predicates and orderings are interpreted; compiling
+them with Janino cost more than evaluating them over a small trace);
 bigger inputs get them back, where they pay.
 
 A JVM started for a small input (``small_input``) also gets
@@ -56,10 +59,12 @@ SMALL_ROWS = 2_000_000
 DEFAULT_MEMORY = "2g"
 
 
-SMALL_INPUT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SMALL_INPUT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 """JVM flags for small inputs: the quick C1 compiler only (Spark's own code is compiled
-at every start, and C2's optimising pass does not pay back in a job of seconds), and a
-serial collector for a small heap."""
+at every start, and C2's optimising pass does not pay back in a job of seconds), a
+serial collector for a small heap, and the code cache of a tiered JVM (C1 alone gets 48 MB,
+which a session that analyses several traces, such as the tests', fills: the JVM then stops
+compiling and runs everything interpreted)."""
 
 
 def driver_memory(rows: int) -> str:
@@ -114,6 +119,7 @@ def tune_for_rows(spark: SparkSession, rows: int) -> None:
     spark.conf.set("spark.sql.shuffle.partitions", str(cores if small else max(SHUFFLE_PARTITIONS, 2 * cores)))
     spark.conf.set("spark.sql.adaptive.enabled", str(not small).lower())
     spark.conf.set("spark.sql.codegen.wholeStage", str(not small).lower())
+    spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN" if small else "FALLBACK")
 
 
 def spark_session(master: str | None = None, app: str = "sgcs", memory: str | None = None,
