@@ -84,6 +84,8 @@ class _Jobs:
         self.meta_rows = readers.meta_rows(runs)
         self.meta_df = readers.runs_meta(spark, runs)
         self.orders: set[str] | None = None
+        self.kinds: set[str] | None = None
+        self.optimistic_sends: bool | None = None
         self.events = prepare(readers.read_events(spark, runs)).persist()
         self.net = readers.read_net(spark, runs)
         self.stats = readers.read_stats(spark, runs)
@@ -104,10 +106,14 @@ class _Jobs:
         # meta.json's fields as runs_meta has them, from the parsed files (no Spark job)
         meta = pd.DataFrame([{k: v for k, v in row.items() if k not in ("scenario", "pauses", "orders")}
                              for row in self.meta_rows])
-        # One job: rows per kind and the delivery orders present (the invariant checks skip
-        # the orders absent); also the first scan of the events, which fills their cache.
-        kinds = self.events.groupBy("run", "kind", "order").agg(F.count("*").alias("n")).collect()
+        # One job: rows per kind, and what tells the invariant checks which of them have
+        # nothing to check (the orders and kinds present, optimistic sends); also the first
+        # scan of the events, which fills their cache.
+        kinds = self.events.groupBy("run", "kind", "order").agg(
+            F.count("*").alias("n"), F.count(F.when(F.col("optimistic"), 1)).alias("optimistic")).collect()
         self.orders = {str(r["order"]) for r in kinds if r["order"] is not None}
+        self.kinds = {str(r["kind"]) for r in kinds if r["kind"] is not None}
+        self.optimistic_sends = any(r["kind"] == "send" and r["optimistic"] for r in kinds)
         counts: dict[str, dict[str, int]] = {run: {} for run in self.runs}
         for r in sorted(kinds, key=lambda r: (r["run"], r["kind"] or "")):
             by_kind = counts[r["run"]]
@@ -145,7 +151,7 @@ class _Jobs:
         from .invariants import check_invariants
 
         found = check_invariants(self.events, self.runs, progress=lambda key: self.progress(f"invariant {key}"),
-                                 orders=self.orders)
+                                 orders=self.orders, kinds=self.kinds, optimistic_sends=self.optimistic_sends)
         self.put("invariants", lambda run: _clean(found[run]))
 
     def detection(self) -> None:

@@ -18,7 +18,12 @@ one with:
   the machine has few cores: 200 tiny tasks per shuffle cost more than the
   work) and adaptive execution to coalesce them further;
 * UTC as the session time zone, so nothing depends on the host's zone;
-* Arrow for ``toPandas`` (the small results the report plots).
+* Arrow for ``toPandas`` (the small results the report plots);
+* no DataFrame debugging context: with it, PySpark records the Python call
+  site in the JVM around every DataFrame and Column function, five or so
+  Py4J round trips each, which was about half of the calls that building the
+  jobs' plans makes (the jobs' errors lose the Python line of the failing
+  call; PySpark reads the setting once per process).
 
 ``tune_for_rows`` adapts the SQL settings to the input's size: below
 ``SMALL_ROWS`` rows a job is dominated by per-stage overhead (scheduling,
@@ -152,6 +157,7 @@ def spark_session(master: str | None = None, app: str = "sgcs", memory: str | No
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
     if master is None or master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
