@@ -21,7 +21,9 @@ partition, which real traces, thousands of rows per second, can afford. Jobs ord
 Optional event columns (``dest``, ``reason``, ``optimistic``...) are added as
 typed nulls when a trace lacks them, so jobs can rely on the full schema.
 
-``runs_meta`` turns each ``meta.json`` into one row: nodes, duration, seed,
+``runs_meta`` turns each ``meta.json`` into one row (built from literals in
+the JVM: a DataFrame made with ``createDataFrame`` from Python rows would start a
+Python worker in every job that reads it): nodes, duration, seed,
 loss, gossip_interval (the scenario's ``[protocol]`` value or Config's 0.1),
 net_bucket, the group orders, and the pause faults (which the events do not
 record, but which false-suspicion counting needs).
@@ -40,7 +42,7 @@ from typing import Any, Iterable
 
 from sgcs.errors import UsageError
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -224,7 +226,28 @@ def meta_row(run: str, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def meta_rows(runs: list[str]) -> list[dict[str, Any]]:
+    """``meta_row`` of every run, in the order given (no Spark)."""
+    return [meta_row(run, check_run(run)) for run in runs]
+
+
+def _literal(value: Any, dtype: T.DataType) -> Column:
+    """``value`` (a meta_row field) as a literal Column of type ``dtype``."""
+    if value is None:
+        return F.lit(None).cast(dtype)
+    if isinstance(dtype, T.StructType):
+        return F.struct(*[_literal(value.get(f.name), f.dataType).alias(f.name) for f in dtype.fields])
+    if isinstance(dtype, T.ArrayType):
+        return F.array(*[_literal(v, dtype.elementType) for v in value]).cast(dtype)
+    if isinstance(dtype, T.MapType):
+        return F.create_map(*[F.lit(x) for pair in value.items() for x in pair]).cast(dtype)
+    return F.lit(value).cast(dtype)
+
+
 def runs_meta(spark: SparkSession, runs: list[str]) -> DataFrame:
-    """One row per run: its meta.json fields that jobs need (see the module doc)."""
-    rows = [meta_row(run, check_run(run)) for run in runs]
-    return spark.createDataFrame(rows, schema=META_SCHEMA)
+    """One row per run: its meta.json fields that jobs need (see the module doc).
+    Built from literals in the JVM, not ``createDataFrame``: rows parallelised from Python
+    are read back by a Python worker in every job that joins them, which costs a small
+    trace more than the join."""
+    rows = [_literal(row, META_SCHEMA) for row in meta_rows(runs)]
+    return spark.range(1).select(F.inline(F.array(*rows)))

@@ -12,7 +12,14 @@ with ``toPandas``; nothing proportional to the trace leaves Spark.
 
 The results form one JSON-ready dict, ``{"runs": {run: metrics}, ...}``,
 written as ``metrics.json``; ``report.md`` shows the same figures as
-tables, with the plots from plots.py next to it.
+tables, with the plots from plots.py next to it. Each plot is drawn in a
+worker thread as soon as its table is collected, while Spark runs the next
+jobs (into a temporary directory: the report directory gets them only when
+every job has succeeded).
+
+What the first job learns of the trace (the event kinds, delivery orders and
+optimistic sends present) lets the invariant checks that it proves idle
+count 0 without a job of their own (invariants.check_invariants).
 
 Where the report goes: ``RUN/report/`` for one run. Several runs are one
 comparison that belongs to none of them, so they need ``out``: a UsageError
@@ -26,7 +33,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,15 +83,46 @@ def output_dir(runs: list[str], out: str | None) -> Path:
     raise UsageError("several runs need --out DIR (a comparison belongs to none of the runs)")
 
 
+class _Plotter:
+    """Draws each plot in a worker thread as soon as the job that makes its table is done,
+    while Spark runs the next jobs, into a temporary directory; ``finish`` moves the files
+    into the report directory, so nothing is written there unless the analysis gets that far."""
+
+    KEYS = ("latency_cdf", "reliability", "load_by_type", "occupancy", "view_changes")
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgcs-plots")
+        self._dir = Path(tempfile.mkdtemp(prefix="sgcs-plots-"))
+        self._drawn: dict[str, Future[str | None]] = {}
+
+    def draw(self, key: str, plot: Callable[..., str | None], *tables: Any) -> None:
+        self._drawn[key] = self._pool.submit(plot, *tables, self._dir)
+
+    def finish(self, out: Path) -> dict[str, str | None]:
+        figures = {key: self._drawn[key].result() for key in self.KEYS}
+        for name in figures.values():
+            if name is not None:
+                shutil.move(str(self._dir / name), str(out / name))
+        return figures
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
 class _Jobs:
     """Runs the jobs over the shared DataFrames, collecting per-run metrics and plot tables."""
 
-    def __init__(self, spark: Any, runs: list[str], progress: Progress) -> None:
+    def __init__(self, spark: Any, runs: list[str], progress: Progress, plotter: _Plotter) -> None:
         from . import readers
         from .invariants import prepare
 
-        self.spark, self.runs, self.progress = spark, runs, progress
+        self.spark, self.runs, self.progress, self.plotter = spark, runs, progress, plotter
+        self.meta_rows = readers.meta_rows(runs)
         self.meta_df = readers.runs_meta(spark, runs)
+        self.orders: set[str] | None = None
+        self.kinds: set[str] | None = None
+        self.optimistic_sends: bool | None = None
         self.events = prepare(readers.read_events(spark, runs)).persist()
         self.net = readers.read_net(spark, runs)
         self.stats = readers.read_stats(spark, runs)
@@ -93,18 +134,30 @@ class _Jobs:
             self.metrics[run][section] = per_run(run)
 
     def meta_and_rows(self) -> None:
+        import pandas as pd
         from pyspark.sql import functions as F
 
         from .readers import dataset_rows
 
         self.progress("reading traces")
-        meta = _pandas(self.meta_df.drop("scenario", "pauses", "orders"))
-        # also the first scan of the events, which fills their cache
-        kinds = _pandas(self.events.groupBy("run", "kind").agg(F.count("*").alias("n")))
+        # meta.json's fields as runs_meta has them, from the parsed files (no Spark job)
+        meta = pd.DataFrame([{k: v for k, v in row.items() if k not in ("scenario", "pauses", "orders")}
+                             for row in self.meta_rows])
+        # One job: rows per kind, and what tells the invariant checks which of them have
+        # nothing to check (the orders and kinds present, optimistic sends); also the first
+        # scan of the events, which fills their cache.
+        kinds = self.events.groupBy("run", "kind", "order").agg(
+            F.count("*").alias("n"), F.count(F.when(F.col("optimistic"), 1)).alias("optimistic")).collect()
+        self.orders = {str(r["order"]) for r in kinds if r["order"] is not None}
+        self.kinds = {str(r["kind"]) for r in kinds if r["kind"] is not None}
+        self.optimistic_sends = any(r["kind"] == "send" and r["optimistic"] for r in kinds)
+        counts: dict[str, dict[str, int]] = {run: {} for run in self.runs}
+        for r in sorted(kinds, key=lambda r: (r["run"], r["kind"] or "")):
+            by_kind = counts[r["run"]]
+            by_kind[str(r["kind"])] = by_kind.get(str(r["kind"]), 0) + int(r["n"])
 
         def rows(run: str) -> dict[str, Any]:
-            mine = kinds[kinds["run"] == run]
-            by_kind = {str(k): int(n) for k, n in zip(mine["kind"], mine["n"])}
+            by_kind = counts[run]
             return {"events": sum(by_kind.values()), "net": dataset_rows(run, "net"),
                     "stats": dataset_rows(run, "stats"), "by_kind": by_kind}
 
@@ -117,6 +170,7 @@ class _Jobs:
         self.progress("latency")
         table = _pandas(latency_quantiles(delivery_latencies(self.events))).sort_values(["run", "order"])
         self.tables["latency_cdf"] = table.assign(quantile=[list(LEVELS)] * len(table))
+        self.plotter.draw("latency_cdf", plots.latency_cdf, self.tables["latency_cdf"])
         self.put("latency", lambda run: {r["order"]: _clean(summary_from_quantiles(r))
                                          for r in table[table["run"] == run].to_dict("records")})
 
@@ -129,14 +183,14 @@ class _Jobs:
         self.tables["reliability_hist"] = bins.assign(share=[
             m / per_run[r]["messages"] for r, m in zip(bins["run"], bins["messages"])])
         self.tables["reliability_bins"] = BINS
+        self.plotter.draw("reliability", plots.reliability_histogram, self.tables["reliability_hist"], BINS)
         self.put("reliability", lambda run: _clean(per_run[run]))
 
     def invariants(self) -> None:
         from .invariants import check_invariants
 
-        orders = {str(row[0]) for row in self.events.select("order").distinct().collect() if row[0] is not None}
         found = check_invariants(self.events, self.runs, progress=lambda key: self.progress(f"invariant {key}"),
-                                 orders=orders)
+                                 orders=self.orders, kinds=self.kinds, optimistic_sends=self.optimistic_sends)
         self.put("invariants", lambda run: _clean(found[run]))
 
     def detection(self) -> None:
@@ -154,6 +208,7 @@ class _Jobs:
         self.progress("load per member")
         by_type = _pandas(per_member_load(self.net, self.meta_df)).sort_values(["run", "msg_type"])
         self.tables["load"] = by_type
+        self.plotter.draw("load_by_type", plots.load_by_type, by_type)
 
         def per_run(run: str) -> dict[str, Any]:
             rows = _records(by_type, run, ("run", "nodes"))
@@ -171,6 +226,7 @@ class _Jobs:
         spans = _pandas(blocked_spans(self.events).select("run", "started", "ended", "span"))
         counts = _pandas(view_counts(self.events))
         self.tables["view_changes"], self.tables["blocked_spans"] = changes, spans
+        self.plotter.draw("view_changes", plots.view_changes, changes, spans)
         self.put("views", lambda run: {
             "changes": _change_summary(changes[changes["run"] == run]),
             "blocked": _blocked_summary(spans[spans["run"] == run]),
@@ -183,10 +239,12 @@ class _Jobs:
         self.progress("occupancy")
         if self.stats is None:
             self.tables["occupancy"] = None
+            self.plotter.draw("occupancy", plots.occupancy, None)
             self.put("occupancy", lambda run: "not recorded")
             return
         summary = _pandas(occupancy_summary(self.stats))
         self.tables["occupancy"] = _pandas(occupancy_over_time(self.stats)).sort_values(["run", "group", "t"])
+        self.plotter.draw("occupancy", plots.occupancy, self.tables["occupancy"])
         recorded = set(summary["run"])
         self.put("occupancy", lambda run: {r.pop("group"): r for r in _records(summary, run)}
                  if run in recorded else "not recorded")
@@ -214,16 +272,6 @@ def _blocked_summary(spans: Any) -> dict[str, Any]:
                    "unresolved": int(spans["ended"].isna().sum())})
 
 
-def _plots(tables: dict[str, Any], out: Path) -> dict[str, str | None]:
-    return {
-        "latency_cdf": plots.latency_cdf(tables["latency_cdf"], out),
-        "reliability": plots.reliability_histogram(tables["reliability_hist"], tables["reliability_bins"], out),
-        "load_by_type": plots.load_by_type(tables["load"], out),
-        "occupancy": plots.occupancy(tables["occupancy"], out),
-        "view_changes": plots.view_changes(tables["view_changes"], tables["blocked_spans"], out),
-    }
-
-
 def analyze(runs: list[str], out: str | None = None, master: str | None = None,
             progress: Progress | None = None) -> dict[str, Any]:
     """Run every job over ``runs``; write report.md, metrics.json and the plots; return the metrics."""
@@ -241,11 +289,15 @@ def analyze(runs: list[str], out: str | None = None, master: str | None = None,
     rows = event_rows(runs)
     spark = spark_session(master, memory=driver_memory(rows), small_input=rows < SMALL_ROWS)
     tune_for_rows(spark, rows)
-    jobs = _Jobs(spark, runs, say)
-    jobs.run_all()
-    say("writing the report")
-    target.mkdir(parents=True, exist_ok=True)
-    figures = _plots(jobs.tables, target)
+    plotter = _Plotter()
+    try:
+        jobs = _Jobs(spark, runs, say, plotter)
+        jobs.run_all()
+        say("writing the report")
+        target.mkdir(parents=True, exist_ok=True)
+        figures = plotter.finish(target)
+    finally:
+        plotter.close()
     metrics = {"runs": jobs.metrics, "plots": figures, "spark_master": spark.sparkContext.master,
                "wall_seconds": round(time.monotonic() - started, 3)}
     metrics = _clean(metrics)

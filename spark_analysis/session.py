@@ -18,17 +18,30 @@ one with:
   the machine has few cores: 200 tiny tasks per shuffle cost more than the
   work) and adaptive execution to coalesce them further;
 * UTC as the session time zone, so nothing depends on the host's zone;
-* Arrow for ``toPandas`` (the small results the report plots).
+* Arrow for ``toPandas`` (the small results the report plots);
+* no DataFrame debugging context: with it, PySpark records the Python call
+  site in the JVM around every DataFrame and Column function, five or so
+  Py4J round trips each, which was about half of the calls that building the
+  jobs' plans makes (the jobs' errors lose the Python line of the failing
+  call; PySpark reads the setting once per process).
 
 ``tune_for_rows`` adapts the SQL settings to the input's size: below
 ``SMALL_ROWS`` rows a job is dominated by per-stage overhead (scheduling,
 adaptive re-planning, Java code generation), so it runs with one shuffle
-partition per core, no adaptive execution and no whole-stage code generation;
+partition per core, no adaptive execution, no whole-stage code generation and
+no generated code for single expressions either (``spark.sql.codegen.factoryMode``
+NO_CODEGEN: projections, predicates and orderings are interpreted; compiling
+them with Janino cost more than evaluating them over a small trace);
 bigger inputs get them back, where they pay.
 
 A JVM started for a small input (``small_input``) also gets
 ``SMALL_INPUT_JVM``: on a small trace most of the time goes into warming the
-JVM up, and these flags halve it.
+JVM up, and these flags halve it. It also gets ``SMALL_INPUT_PAGE``, Spark's
+memory page (``spark.buffer.pageSize``): by default a 1g driver gets 8 MB
+pages, and every sort, hash aggregation and hash join of every task takes at
+least one, zeroed, for a few hundred rows; most of the garbage collector's time
+went into that (3.4 s of GC pauses over two analyses of the default run, 1.5 s
+with 256 KB pages).
 
 ``SGCS_SPARK_MEMORY`` sets the driver memory (default: ``memory``, which
 ``sgcs analyze`` picks by ``driver_memory``: 1g below SMALL_ROWS event rows,
@@ -56,10 +69,17 @@ SMALL_ROWS = 2_000_000
 DEFAULT_MEMORY = "2g"
 
 
-SMALL_INPUT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SMALL_INPUT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 """JVM flags for small inputs: the quick C1 compiler only (Spark's own code is compiled
-at every start, and C2's optimising pass does not pay back in a job of seconds), and a
-serial collector for a small heap."""
+at every start, and C2's optimising pass does not pay back in a job of seconds), a
+serial collector for a small heap, and the code cache of a tiered JVM (C1 alone gets 48 MB,
+which a session that analyses several traces, such as the tests', fills: the JVM then stops
+compiling and runs everything interpreted)."""
+
+
+SMALL_INPUT_PAGE = "256k"
+"""spark.buffer.pageSize of a JVM started for a small input (see the module doc); a record
+larger than a page still gets a page of its own size."""
 
 
 def driver_memory(rows: int) -> str:
@@ -114,6 +134,7 @@ def tune_for_rows(spark: SparkSession, rows: int) -> None:
     spark.conf.set("spark.sql.shuffle.partitions", str(cores if small else max(SHUFFLE_PARTITIONS, 2 * cores)))
     spark.conf.set("spark.sql.adaptive.enabled", str(not small).lower())
     spark.conf.set("spark.sql.codegen.wholeStage", str(not small).lower())
+    spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN" if small else "FALLBACK")
 
 
 def spark_session(master: str | None = None, app: str = "sgcs", memory: str | None = None,
@@ -146,7 +167,10 @@ def spark_session(master: str | None = None, app: str = "sgcs", memory: str | No
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
+    if small_input:
+        builder = builder.config("spark.buffer.pageSize", SMALL_INPUT_PAGE)
     if master is None or master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     session = builder.getOrCreate()

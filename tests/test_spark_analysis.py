@@ -158,6 +158,21 @@ def test_checks_of_orders_absent_from_the_trace_cost_no_job(spark: Any, runs: di
     assert found[run]["3_total"]["count"] == spark_traces.VIOLATIONS["3_total"][1] and "3_total" in asked
 
 
+def test_checks_lacking_a_kind_they_join_cost_no_job(spark: Any, runs: dict[str, str]) -> None:
+    from spark_analysis.invariants import check_invariants
+    from spark_analysis.readers import read_events
+
+    run, key = runs["7_rolled_back_delivered"], "7_rolled_back_delivered"
+    events = read_events(spark, [run])
+    asked: list[str] = []
+    told = check_invariants(events, [run], progress=asked.append, kinds={"send", "deliver", "view"},
+                            optimistic_sends=False)
+    assert told[run][key]["count"] == 0 and key not in asked and "7_outside_optimistic_view" not in asked
+    assert "1_duplicate" in asked
+    found = check_invariants(events, [run], progress=asked.append, kinds={"send", "deliver", "view", "rollback"})
+    assert found[run][key]["count"] == spark_traces.VIOLATIONS[key][1] and key in asked
+
+
 def test_examples_name_the_culprit(report: dict[str, Any], runs: dict[str, str]) -> None:
     causal = _metrics(report, runs, "4_causal")["invariants"]["4_causal"]["examples"][0]
     assert (causal["node"], causal["sender"], causal["seq"], causal["late_sender"], causal["late_seq"]) == (2, 1, 1, 0, 1)
