@@ -159,6 +159,7 @@ class FdHarness:
                 det = FailureDetector(i, self.params, AlignedRandom(f"{seed}:{i}"), start)
                 for k in range(alone):  # rounds run alone (a singleton) before the group formed
                     det.on_timeout(start + k * GOSSIP)
+            det._epoch = 0.0  # one epoch for all: the lean mode shares grace_from, in ms since it
             det.set_members(members, 0.0)
             if n >= LEAN_FROM:
                 if shared is None:
@@ -258,7 +259,7 @@ class FdHarness:
         det = self.dets[i]
         before = det.statistics().rounds
         if self.track_age and t >= self.age_from:
-            age = float((t - np.maximum(det.heard_at, det.grace_from)).max())
+            age = float((det._ms(t) - np.maximum(det.heard_at, det.grace_from)).max()) / 1000
         else:
             age = -math.inf
         outputs = det.on_timeout(t)

@@ -155,7 +155,7 @@ def test_a_roster_heartbeat_of_another_member_list_is_only_its_senders_evidence(
     (sent,) = sends(a.on_timeout(0.05), MsgType.HEARTBEAT_ROSTER)
     b.on_roster_heartbeat(1, *decode_roster_heartbeat_untrusted(sent.body), 0.06)
     assert b.counters.tolist() == [0] * 6, "positions of another list are not ours to merge"
-    assert b.statistics().mismatched == 1 and b.heard_at[b._index[1]] == 0.06
+    assert b.statistics().mismatched == 1 and b.heard_from(1) == 0.06
 
 
 def test_counter_merge_wraps_around_modulo_2_16() -> None:
@@ -164,19 +164,34 @@ def test_counter_merge_wraps_around_modulo_2_16() -> None:
     heartbeat(d, 1, {1: 0xFFFE}, 0.02)
     heartbeat(d, 1, {1: 0x0001}, 0.03)  # three steps past 0xFFFE: newer despite the smaller number
     assert counters_sent(d, 0.04)[1] == 0x0001
-    assert int(d.counters[d._index[1]]) == 0x10001, "locally the counter keeps growing"
-    heartbeat(d, 2, {1: 0xFFFF}, 0.05)  # older than 0x10001 by two: ignored
+    assert d.heard_from(1) == 0.03, "the wrapped counter rose: evidence"
+    heartbeat(d, 2, {1: 0xFFFF}, 0.05)  # older than 0x0001 by two: ignored
     assert counters_sent(d, 0.06)[1] == 0x0001
     heartbeat(d, 2, {1: 0x0001 + 0x8000}, 0.07)  # half the ring ahead counts as older: ignored
     assert counters_sent(d, 0.08)[1] == 0x0001
 
 
+def test_times_survive_the_epoch_moving_forward_after_twelve_days() -> None:
+    """Times are int32 ms since an epoch that moves forward before they run
+    out: news keeps its age across the move, and an ancient time is clamped,
+    not wrapped into the future."""
+    d = detector(0, range(3))
+    for day in (13, 26):  # 2**31 ms is under 25 days: int32 would overflow without the moves
+        later = day * 86400.0
+        heartbeat(d, 1, {1: day}, later - 0.25)
+        d._next_round = later
+        d.on_timeout(later)
+        assert d.heard_from(1) == later - 0.25, "1 kept its age across the move"
+        assert set(d.suspects) == {2}, "2, long silent, is suspected, not made fresh by a wrapped clock"
+    assert d._epoch > 13 * 86400.0
+
+
 def test_a_raised_counter_is_evidence_a_stale_one_is_not() -> None:
     d = detector(0, range(3))
     heartbeat(d, 1, {2: 7}, 1.0)
-    assert d.heard_at[d._index[2]] == 1.0
+    assert d.heard_from(2) == 1.0
     heartbeat(d, 1, {2: 7}, 2.0)
-    assert d.heard_at[d._index[2]] == 1.0, "an unchanged counter says nothing new about member 2"
+    assert d.heard_from(2) == 1.0, "an unchanged counter says nothing new about member 2"
 
 
 # ---------------------------------------------------------------------- suspicion

@@ -64,6 +64,12 @@ from .roster import roster_of
 
 NEVER_MS = 2**62
 """Age reported for a member never heard from."""
+REBASE_MS = 2**30
+"""Times are kept as int32 milliseconds since the detector's epoch (4 bytes a
+member, not 8: two such tables are a gigabyte at 10,000 nodes of 10,000
+members); past this many the epoch moves forward (about every 12 days)."""
+OLDEST_MS = -(2**29)
+"""A rebase clamps older times here, so a difference of two stays in int32."""
 MIN_SUSPECT_ROUNDS = 3
 """Floor of the rounds in ``suspect_timeout`` (see "Suspicion" above)."""
 
@@ -153,11 +159,15 @@ class FailureDetector:
         self.params = params
         self.rng = rng
         self.ids = np.array([me], dtype=np.int64)
-        self.counters = np.zeros(1, dtype=np.int64)
-        self.heard_at = np.full(1, now)
-        self.grace_from = np.full(1, now)
-        """When each member's suspicion clock last restarted: genuine evidence,
-        or a busy verdict (which must not count as evidence to others)."""
+        self.counters = np.zeros(1, dtype=np.uint16)
+        """As they travel: modulo 2**16, merged by wrap-around difference."""
+        self._epoch = now
+        self.heard_at = np.zeros(1, dtype=np.int32)
+        """When each member was last heard from (genuine evidence), in ms since ``_epoch``."""
+        self.grace_from = np.zeros(1, dtype=np.int32)
+        """When each member's suspicion clock last restarted for another reason
+        (a busy verdict, a newcomer's grace), which must not count as evidence
+        to others; ms since ``_epoch``."""
         self._index: dict[int, int] = {me: 0}
         self._roster_tag = roster_of((me,)).tag
         self.suspects: dict[int, _Confirmation] = {}
@@ -177,11 +187,11 @@ class FailureDetector:
             return
         self._roster_tag = roster.tag
         ids = roster.ids
-        counters = np.zeros(len(ids), dtype=np.int64)
-        heard_at = np.full(len(ids), now)
+        counters = np.zeros(len(ids), dtype=np.uint16)
+        heard_at = np.full(len(ids), self._ms(now), dtype=np.int32)
         # a newcomer's heartbeat needs log2 N rounds to reach us: one timeout of grace
-        grace_from = np.full(len(ids), now + self.params.suspect_factor * suspect_rounds(len(ids))
-                             * self.params.gossip_interval)
+        grace_from = np.full(len(ids), self._ms(now + self.params.suspect_factor * suspect_rounds(len(ids))
+                                                * self.params.gossip_interval), dtype=np.int32)
         if len(self.ids) == 1:  # only ourselves so far: nothing to carry over
             counters[roster.index[self.me]] = self.counters[0]
             self.ids, self.counters, self.heard_at, self.grace_from = ids, counters, heard_at, grace_from
@@ -207,10 +217,27 @@ class FailureDetector:
         if i is None or member not in self.failed:
             return
         self.failed.discard(member)
-        self.grace_from[i] = now + self.suspect_timeout()
+        self.grace_from[i] = self._ms(now + self.suspect_timeout())
 
     def suspect_timeout(self) -> float:
         return self.params.suspect_factor * suspect_rounds(len(self.ids)) * self.params.gossip_interval
+
+    def heard_from(self, member: int) -> float:
+        """When ``member`` was last heard from, on the caller's clock (ms resolution)."""
+        return self._epoch + int(self.heard_at[self._index[member]]) / 1000
+
+    def _ms(self, when: float) -> int:
+        """``when`` as ms since the epoch (rounded down: never later than it was)."""
+        return math.floor((when - self._epoch) * 1000)
+
+    def _rebase_if_due(self, now: float) -> None:
+        """Move the epoch forward before int32 milliseconds run out."""
+        shift = self._ms(now) - REBASE_MS // 2
+        if shift <= REBASE_MS // 2:
+            return
+        self._epoch += shift / 1000
+        for times in (self.heard_at, self.grace_from):
+            np.maximum(times.astype(np.int64) - shift, OLDEST_MS, out=times, casting="unsafe")
 
     # ------------------------------------------------------------------ inputs
 
@@ -219,7 +246,7 @@ class FailureDetector:
         i = self._index.get(member)
         if i is None:
             return []
-        self.heard_at[i] = now
+        self.heard_at[i] = self._ms(now)
         if member in self.suspects:
             del self.suspects[member]
             self._counts["refuted"] += 1
@@ -231,7 +258,7 @@ class FailureDetector:
             # 2952616851: three members each held live others failed for good).
             # A restart is not refuted this way: the node fails the old self.
             self.failed.discard(member)
-            self.grace_from[i] = now
+            self.grace_from[i] = self._ms(now)
             self._counts["refuted"] += 1
             return [FdEvent(Verdict.UNSUSPECT, member)]
         return []
@@ -260,7 +287,8 @@ class FailureDetector:
 
     def _after_heartbeat(self, src: int, now: float) -> list[FdOut]:
         out = self.heard(src, now)
-        for member in [m for m in self.suspects if self.heard_at[self._index[m]] > self.suspects[m].since]:
+        for member in [m for m in self.suspects
+                       if self.heard_at[self._index[m]] > self._ms(self.suspects[m].since)]:
             del self.suspects[member]
             self._counts["refuted"] += 1
             out.append(FdEvent(Verdict.UNSUSPECT, member))
@@ -285,8 +313,8 @@ class FailureDetector:
         me = self._index[self.me]
         if start <= me < end:
             rose[me - start] = False  # only we raise our own counter
-        mine += np.where(rose, diff, 0)
-        self.heard_at[start:end][rose] = now
+        mine += np.where(rose, diff, 0).astype(np.uint16)
+        self.heard_at[start:end][rose] = self._ms(now)
 
     def _merge_scattered(self, members: np.ndarray, counters: np.ndarray, now: float) -> None:
         pos = np.minimum(np.searchsorted(self.ids, members), len(self.ids) - 1)
@@ -295,8 +323,8 @@ class FailureDetector:
         diff = (incoming - self.counters[pos]) & 0xFFFF
         rose = (diff > 0) & (diff < 0x8000)
         pos = pos[rose]
-        self.counters[pos] += diff[rose]
-        self.heard_at[pos] = now
+        self.counters[pos] += diff[rose].astype(np.uint16)
+        self.heard_at[pos] = self._ms(now)
 
     def on_probe(self, src: int, msg: Probe) -> list[FdOut]:
         """Answer a member that watches us; a node that left its groups stays
@@ -307,7 +335,7 @@ class FailureDetector:
 
     def on_ask(self, src: int, msg: Ask, now: float) -> list[FdOut]:
         i = self._index.get(msg.member)
-        age = NEVER_MS if i is None else int(max(0.0, now - self.heard_at[i]) * 1000)
+        age = NEVER_MS if i is None else max(0, self._ms(now) - int(self.heard_at[i]))
         return [FdSend(src, MsgType.ASK_REPLY, encode(AskReply(msg.member, age)))]
 
     def on_ask_reply(self, src: int, msg: AskReply, now: float) -> list[FdOut]:
@@ -324,7 +352,7 @@ class FailureDetector:
                 return self._declare_failed(msg.member)
             return []
         del self.suspects[msg.member]
-        self.grace_from[self._index[msg.member]] = now
+        self.grace_from[self._index[msg.member]] = self._ms(now)
         self._counts["busy"] += 1
         return [FdEvent(Verdict.BUSY, msg.member)]
 
@@ -362,8 +390,9 @@ class FailureDetector:
 
     def _gossip_round(self, now: float) -> list[FdOut]:
         me = self._index[self.me]
-        self.counters[me] += 1
-        self.heard_at[me] = now
+        self.counters[me] += np.uint16(1)
+        self.heard_at[me] = self._ms(now)
+        self._rebase_if_due(now)
         self._round += 1
         self._counts["rounds"] += 1
         n = len(self.ids)
@@ -389,7 +418,8 @@ class FailureDetector:
                 for i in range(0, n, MAX_HEARTBEAT_ENTRIES)]
 
     def _find_suspects(self, now: float, out: list[FdOut]) -> None:
-        stale = np.flatnonzero(now - np.maximum(self.heard_at, self.grace_from) > self.suspect_timeout())
+        quiet_since = np.maximum(self.heard_at, self.grace_from)
+        stale = np.flatnonzero(quiet_since < self._ms(now) - math.ceil(self.suspect_timeout() * 1000))
         for i in stale.tolist():
             member = int(self.ids[i])
             if member != self.me and member not in self.suspects and member not in self.failed:
