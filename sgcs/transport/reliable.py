@@ -905,6 +905,7 @@ class ReliableStream:
                         own.popleft()
                 if not stored:
                     self._holders.pop(sender, None)  # nothing left to NACK for
+                    del self._store[sender]  # an emptied dict keeps its table: 400 B for every sender ever heard
 
     def _floor(self, sender: int) -> int:
         """The highest number every member of the view is known to hold."""
