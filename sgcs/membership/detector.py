@@ -227,8 +227,9 @@ class FailureDetector:
         return self._epoch + int(self.heard_at[self._index[member]]) / 1000
 
     def _ms(self, when: float) -> int:
-        """``when`` as ms since the epoch (rounded down: never later than it was)."""
-        return math.floor((when - self._epoch) * 1000)
+        """``when`` as ms since the epoch, to the nearest ms (rounded down,
+        0.301 s would read 300 ms: a product of floats lands just below it)."""
+        return round((when - self._epoch) * 1000)
 
     def _rebase_if_due(self, now: float) -> None:
         """Move the epoch forward before int32 milliseconds run out."""
