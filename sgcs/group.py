@@ -220,7 +220,7 @@ class GroupStack:
             self.stream.set_members(self.view.members, late=late)
         self._choose_promises()
         self.unicast = UnicastStreams(me, params.fragment_size, params.window_max, params.max_message,
-                                      params.reassembly_timeout)
+                                      params.reassembly_timeout, incarnation)
         self.outbox: list[Record] = []
         self._outbox_bytes = 0
         self.flush_at: float | None = None
@@ -549,6 +549,7 @@ class GroupStack:
         return self.on_agreement(self.agreement.member_failed(member, now), now)
 
     def member_restarted(self, member: int, now: float) -> list:
+        self.unicast.forget(member)  # the new incarnation holds nothing of either stream
         return self.on_agreement(self.agreement.member_restarted(member, now), now)
 
     def member_leaving(self, member: int, now: float) -> list:
@@ -629,9 +630,11 @@ class GroupStack:
         """A datagram's multicast records of ``sender``: what may be delivered now goes to ``events``."""
         self.accept(self.stream.on_records(sender, records, kind, now), now)
 
-    def on_unicast_records(self, sender: int, records: tuple[Record, ...], now: float) -> UnicastAck:
-        """Unicast records to us: complete messages go to ``events``; returns our ACK."""
-        messages, ack = self.unicast.on_records(sender, records, now)
+    def on_unicast_records(self, sender: int, records: tuple[Record, ...], now: float,
+                           incarnation: int = 0) -> UnicastAck:
+        """Unicast records to us from ``incarnation`` of ``sender``: complete
+        messages go to ``events``; returns our ACK."""
+        messages, ack = self.unicast.on_records(sender, records, now, incarnation)
         if messages:
             self.events.append(Delivered(tuple(messages), self.view.view_id, True))
         return ack

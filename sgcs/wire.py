@@ -180,13 +180,17 @@ def decode_datagram_untrusted(data: bytes | bytearray, key: bytes, cipher: BodyC
 
 
 def _open_plain(data: bytes | bytearray, key: bytes, memo: VerifiedMemo | None) -> bytes:
+    if memo is not None:
+        shared = memo.body(data, key)
+        if shared is not None:
+            return shared  # every receiver of one datagram object reads one body object
     signed = memoryview(data)[:-TAG_LEN]  # no copy: only the body is copied, once
-    if memo is None or not memo.seen(data, key):
-        if not hmac.compare_digest(hmac.digest(key, signed, "sha256")[:TAG_LEN], data[-TAG_LEN:]):
-            raise DecodeError("mac")
-        if memo is not None:
-            memo.remember(data, key)
-    return bytes(signed[HEADER.size:])
+    if not hmac.compare_digest(hmac.digest(key, signed, "sha256")[:TAG_LEN], data[-TAG_LEN:]):
+        raise DecodeError("mac")
+    body = bytes(signed[HEADER.size:])
+    if memo is not None:
+        memo.remember(data, key, body)
+    return body
 
 
 def _open_encrypted(data: bytes | bytearray, cipher: BodyCipher, sender: int, boot: int, counter: int) -> bytes:
@@ -201,29 +205,58 @@ VERIFIED_MEMO = 1_024
 
 
 class VerifiedMemo:
-    """Datagram objects whose tag was checked lately, shared by the nodes one
-    owner hands it to. The simulator hands one bytes object to every receiver
-    of a multicast (10,000 of them at scale) and one memo to all its nodes,
-    so a datagram is checked once; a real node has none (a socket returns a
-    new object per datagram: it would never hit). An explicit object, not a
-    process-wide cache: two simulations, or tests, in one process share
-    nothing."""
+    """Datagram objects whose tag was checked lately, and what their bodies
+    decoded to, shared by the nodes one owner hands it to. The simulator hands
+    one bytes object to every receiver of a multicast (10,000 of them at
+    scale) and one memo to all its nodes, so a datagram is checked and
+    decoded once, and its receivers share one body and one decoded value (a
+    buffered record's payload is then held once, not once per receiver: at
+    10,000 nodes that was the largest part of every member's buffer). A real
+    node has none (a socket returns a new object per datagram: it would never
+    hit). An explicit object, not a process-wide cache: two simulations, or
+    tests, in one process share nothing. Decoded values must be immutable
+    (tuples of records, frozen messages): every receiver holds the same one."""
 
     def __init__(self, capacity: int = VERIFIED_MEMO) -> None:
         self.capacity = capacity
-        self._verified: dict[int, tuple[bytes, bytes]] = {}  # id(data) -> (data, key); holding data keeps its id unique
+        self._verified: dict[int, tuple[bytes, bytes, bytes]] = {}
+        """id(data) -> (data, key, body); holding data keeps its id unique."""
+        self._decoded: dict[int, tuple[bytes, int, object | None]] = {}
+        """id(body) -> (body, kind, what it decoded to as ``kind`` or None), for
+        the bodies above (a decoded value depends on the body's bytes and the
+        kind only; tiny bodies are shared objects, hence the kind)."""
 
     def seen(self, data: bytes | bytearray, key: bytes) -> bool:
-        entry = self._verified.get(id(data))
-        return entry is not None and entry[0] is data and entry[1] is key
+        return self.body(data, key) is not None
 
-    def remember(self, data: bytes | bytearray, key: bytes) -> None:
+    def body(self, data: bytes | bytearray, key: bytes) -> bytes | None:
+        """The body of ``data`` if it was checked under ``key`` lately."""
+        entry = self._verified.get(id(data))
+        if entry is not None and entry[0] is data and entry[1] is key:
+            return entry[2]
+        return None
+
+    def remember(self, data: bytes | bytearray, key: bytes, body: bytes) -> None:
         if type(data) is not bytes:
             return  # mutable buffers may change after the check
         verified = self._verified
         if len(verified) >= self.capacity:
-            verified.pop(next(iter(verified)), None)  # oldest first
-        verified[id(data)] = (data, key)
+            _, _, gone = verified.pop(next(iter(verified)))  # oldest first
+            self._decoded.pop(id(gone), None)
+        verified[id(data)] = (data, key, body)
+        self._decoded[id(body)] = (body, -1, None)
+
+    def decoded(self, body: bytes, kind: int) -> object | None:
+        """What ``body`` decoded to as ``kind`` (a message type), if a node kept it."""
+        entry = self._decoded.get(id(body))
+        return entry[2] if entry is not None and entry[0] is body and entry[1] == kind else None
+
+    def keep(self, body: bytes, kind: int, value: object) -> None:
+        """Remember what ``body`` decoded to as ``kind``, if it is a body this
+        memo handed out (any other would never be asked for again)."""
+        entry = self._decoded.get(id(body))
+        if entry is not None and entry[0] is body:
+            self._decoded[id(body)] = (body, kind, value)
 
 
 _HELLO = struct.Struct("!QBB")

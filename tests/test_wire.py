@@ -334,3 +334,26 @@ def test_a_verified_memo_checks_one_datagram_object_once_and_nothing_else(monkey
     checks.clear()
     decode_datagram_untrusted(data, KEY, memo=memo)
     assert len(checks) == 1
+
+
+def test_a_verified_memo_shares_one_body_and_its_decoded_value_per_datagram_object() -> None:
+    """Receivers of one datagram object get one body object, and a decoded
+    value kept for it, under the same kind only; a body the memo never
+    handed out keeps nothing, and forgetting a datagram forgets its value."""
+    data = seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, 1, (), 0, b"x")]))
+    memo = VerifiedMemo(capacity=2)
+    _, body = decode_datagram_untrusted(data, KEY, memo=memo)
+    _, again = decode_datagram_untrusted(data, KEY, memo=memo)
+    assert again is body
+    assert memo.decoded(body, MsgType.DATA) is None
+    value = decode_records_untrusted(body)
+    memo.keep(body, MsgType.DATA, value)
+    assert memo.decoded(body, MsgType.DATA) is value
+    assert memo.decoded(body, MsgType.GOSSIP) is None, "another kind decodes another way"
+    stranger = bytes(bytearray(body))
+    memo.keep(stranger, MsgType.DATA, value)
+    assert memo.decoded(stranger, MsgType.DATA) is None
+    for n in range(2):  # the datagram is forgotten, and with it its value
+        decode_datagram_untrusted(seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, n, (), 0, b"")])),
+                                  KEY, memo=memo)
+    assert memo.decoded(body, MsgType.DATA) is None

@@ -172,6 +172,12 @@ class StreamStatistics:
     """Records and partial messages dropped at a cap, by reason."""
 
 
+_IN_ORDER: dict[int, Record] = {}
+"""The pending table of every stream with nothing out of order: shared and
+always empty (``_accept`` gives a stream its own table before it stores one),
+so the hundreds of streams a member of a large group hears cost no table each."""
+
+
 class _Inbound:
     """Receive state of one sender's stream."""
 
@@ -181,7 +187,7 @@ class _Inbound:
         self.synced = synced
         """False: we joined after this stream began; it starts at the first record seen."""
         self.contig = 0
-        self.pending: dict[int, Record] = {}
+        self.pending: dict[int, Record] = _IN_ORDER
         self.known_high = 0
         self.nack_at: float | None = None
         self.nack_tries = 0
@@ -448,6 +454,8 @@ class ReliableStream:
             delivered.append(tuple.__new__(Message, (sender, seq, record.acks, record.payload, 0,
                                                      bool(flags & OPTIMISTIC), flags >> EPOCH_SHIFT, record.clock)))
             return inbound
+        if inbound.pending is _IN_ORDER:
+            inbound.pending = {}
         inbound.pending[seq] = record
         self._buffer(record)
         self._advance(sender, inbound, delivered, now)
@@ -457,6 +465,8 @@ class ReliableStream:
         while inbound.contig + 1 in inbound.pending:
             inbound.contig += 1
             record = inbound.pending.pop(inbound.contig)
+            if not inbound.pending:
+                inbound.pending = _IN_ORDER  # in order again: give the table back
             if record.flags & MORE_FRAGMENTS or inbound.reassembly is not None:
                 self._fragment(sender, inbound, record, delivered, now)
             else:

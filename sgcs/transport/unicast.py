@@ -15,6 +15,14 @@ the cap the application waits, as for multicast. A receiver holds at most
 counted as ``beyond_window``; the sender retransmits them), and a partial
 message is bounded by ``max_message`` bytes and ``reassembly_timeout``
 seconds (``reassembly.py``).
+
+A stream's numbers start after ``incarnation << 32`` of its sender (the
+incarnation is in every datagram's header), as multicast streams of a
+restarted node do, so a restarted sender's unicasts never reuse an id and a
+receiver that still holds the old incarnation's stream starts the new one
+afresh. A destination that restarted gets a new stream from us (``forget``,
+called when the restart is detected): it holds nothing of the old one, and
+would wait for ever for numbers we already dropped as acknowledged.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ class _Outgoing:
 
 @dataclass(slots=True)
 class _Incoming:
+    base: int = 0
+    """The sender's incarnation << 32: its first record is ``base + 1``."""
     contig: int = 0
     pending: dict[int, Record] = field(default_factory=dict)
     reassembly: Reassembly = field(default_factory=Reassembly)
@@ -64,8 +74,10 @@ class UnicastStreams:
     """All of one member's unicast streams in one group."""
 
     def __init__(self, me: int, fragment_size: int, window_max: int, max_message: int = 16 * 1024 * 1024,
-                 reassembly_timeout: float = 60.0) -> None:
+                 reassembly_timeout: float = 60.0, incarnation: int = 0) -> None:
         self.me = me
+        self.base = incarnation << 32
+        """Our streams' numbers start after this (see the module's docstring)."""
         self.fragment_size = fragment_size
         self.window_max = window_max
         self.max_message = max_message
@@ -84,7 +96,9 @@ class UnicastStreams:
 
     def send(self, dst: int, payload: bytes, now: float) -> tuple[int, UnicastSend]:
         self._clock = now
-        out = self._out.setdefault(dst, _Outgoing())
+        out = self._out.get(dst)
+        if out is None:
+            out = self._out[dst] = _Outgoing(next_seq=self.base + 1)
         size = self.fragment_size
         pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
         first = out.next_seq
@@ -98,11 +112,15 @@ class UnicastStreams:
             out.retransmit_at = now + out.rto
         return first, UnicastSend(dst, tuple(records), retransmit=False)
 
-    def on_records(self, src: int, records: tuple[Record, ...],
-                   now: float | None = None) -> tuple[list[Message], UnicastAck]:
-        """Accept records from ``src``. Without ``now`` a partial message's
-        timeout starts at the next timer (``next_deadline`` asks for one)."""
-        incoming = self._in.setdefault(src, _Incoming())
+    def on_records(self, src: int, records: tuple[Record, ...], now: float | None = None,
+                   incarnation: int = 0) -> tuple[list[Message], UnicastAck]:
+        """Accept records from ``src`` (of its ``incarnation``, from the
+        datagram's header). Without ``now`` a partial message's timeout starts
+        at the next timer (``next_deadline`` asks for one)."""
+        base = incarnation << 32
+        incoming = self._in.get(src)
+        if incoming is None or incoming.base != base:
+            incoming = self._in[src] = _Incoming(base, base)  # a new sender, or a new incarnation of it
         delivered: list[Message] = []
         for record in records:
             if incoming.contig < record.seq <= incoming.contig + self.window_max:
@@ -152,7 +170,7 @@ class UnicastStreams:
         return min(times) if times else None
 
     def forget(self, member: int) -> None:
-        """A member left: its streams, both ways, are gone."""
+        """A member left or restarted: its streams, both ways, are gone."""
         self._out.pop(member, None)
         self._in.pop(member, None)
 
