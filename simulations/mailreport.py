@@ -29,7 +29,10 @@ model's units (C_mail per mail carried between domains, C_ctl per QUERY,
 ANSWER and NACK, plus C_ctl + C_mail for the pull); acknowledgements, which
 the paper's reliable network does not need, are listed apart. The migration
 cost C_mgt = (D_fri + 2) C_ctl is set beside the first transmissions of
-DEREG, HOME_UPDATE and UPDATE per move, with D_fri read from each FORWARD.
+DEREG, HOME_UPDATE and UPDATE per move, with D_fri read from each FORWARD
+(friend domains other than the new PO and the home, whose update is the
+HOME_UPDATE); a move back to the home needs no HOME_UPDATE, so the measured
+figure is below the model by the share of such moves.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from sgcs.services.mailboxes.costmodel import Costs, expected_time, expected_traffic, migration_cost
-from sgcs.services.mailboxes.messages import Envelope, Kind, Mail
+from sgcs.services.mailboxes.messages import Envelope, Kind, Mail, home_of
 
 MailKey = tuple[str, str, int]
 """(receiver, sender, seq): the end-to-end mail id."""
@@ -80,7 +83,9 @@ class Ledger:
     control_first: set[tuple[str, str, int, int]] = field(default_factory=set)
     """(kind, MI, epoch, to) of migration control messages: their first transmissions."""
     friends_at_forward: dict[tuple[str, int], int] = field(default_factory=dict)
-    """(MI, epoch) -> D_fri as the FORWARD batch carried it (the new PO excluded)."""
+    """(MI, epoch) -> D_fri as the FORWARD batch carried it (the new PO and the home excluded)."""
+    moves_home: set[tuple[str, int]] = field(default_factory=set)
+    """(MI, epoch) of moves back to the home domain: the new PO is the home, no HOME_UPDATE."""
     moves: int = 0
     refused: int = 0
     """Mails a full outbox refused (WouldBlock); not sent, not counted."""
@@ -115,7 +120,11 @@ class Ledger:
         elif kind is Kind.FORWARD:
             self.forward_items += len(body[2])
             self.forwarded.update((m[1], m[0], m[2]) for m in body[2])
-            self.friends_at_forward.setdefault((body[0], body[1]), len(set(body[3]) - {to}))
+            # the home's own update is the HOME_UPDATE, and the new PO needs none
+            home = home_of(body[0])
+            self.friends_at_forward.setdefault((body[0], body[1]), len(set(body[3]) - {to, home}))
+            if to == home:
+                self.moves_home.add((body[0], body[1]))
         if kind in MIGRATION_CONTROL:
             self.control_first.add((kind.value, body[0], body[-1], to))
 
@@ -208,6 +217,7 @@ def summarise(ledger: Ledger, held: set[MailKey], costs: Costs = Costs()) -> dic
                 "home_update": _per(ledger.moves)(control[Kind.HOME_UPDATE.value]),
                 "update": _per(ledger.moves)(control[Kind.UPDATE.value]),
                 "mean_friend_domains": mean_friends,
+                "moves_to_home": len(ledger.moves_home),
                 "model": model_per_move,
             },
         },

@@ -158,7 +158,7 @@ def _summarise(simulator: Simulator, out: Path, wall: float) -> RunSummary:
     )
 
 
-def _transport_totals(simulator: Simulator) -> dict[str, int]:
+def _transport_totals(simulator: Simulator) -> dict[str, Any]:
     stats = [node.statistics() for node in simulator.nodes if node is not None]
     return {
         "repaired_by_nack": sum(s.repaired_by_nack for s in stats),
