@@ -24,6 +24,12 @@ exchange due at once. The member id of the PO of domain ``d`` is ``d`` in
 every incarnation, so no hello exchange is needed here (``service.py`` needs
 one because a restarted process gets a new member id).
 
+``payload_duplicate`` and ``payload_reorder`` inject faults *below the mail
+layer* and above sgcs, as ``service.Faults`` does on real sockets: sgcs's
+reliable unicast never duplicates or reorders, so without them the post
+offices' own deduplication and reordering would only be exercised by their
+retries.
+
 A unicast the node refuses (the peer is not in the view yet after its restart,
 or the unicast window to it is full) is counted and dropped: the PO's own
 retries send it again, exactly as on real sockets.
@@ -79,6 +85,7 @@ class MailboxSimulator(Simulator):
         """Per PO, what its store holds: (table, key) -> JSON, committed after every step."""
         self.po_timer_at: list[float | None] = [None] * spec.domains
         self.rng = random.Random(f"{scenario.seed}:mailboxes:workload")
+        self.fault_rng = random.Random(f"{scenario.seed}:mailboxes:payload-faults")
         self.ledger = Ledger()
         self.names = [make_name(spec.system, d, f"h{d}", f"mi{k}")
                       for d in range(spec.domains) for k in range(spec.mis_per_domain)]
@@ -94,6 +101,7 @@ class MailboxSimulator(Simulator):
         self._ops: dict[str, Callable[[float, int, Any], None]] = {
             "start": self._start, "mail": self._mail, "move": self._move, "pull": self._pull,
             "po_timer": self._po_timer, "crash": self._crash_one, "recover": self._recover_one,
+            "later": self._later,
         }
 
     # ------------------------------------------------------------ the run
@@ -151,17 +159,35 @@ class MailboxSimulator(Simulator):
             data = send.envelope.encode()
             self.ledger.envelope(send.to, send.envelope, len(data))
             by_target.setdefault(send.to, []).append(data)
-        node = self.nodes[d]
-        if node is None:
-            raise RuntimeError(f"post office {d} stepped while its node is down")
+        spec, rng = self.spec, self.fault_rng
         for target, lines in by_target.items():
             for payload in pack_envelopes(lines, PAYLOAD_MAX):
-                try:
-                    actions = node.unicast(self.spec.group, target, payload, self.local(d, t))
-                except (UsageError, WouldBlock):  # not in our view (yet), or its window is full
-                    self.ledger.unroutable += 1
-                    continue
-                self.apply(d, actions, t)
+                if spec.payload_reorder and rng.random() < spec.payload_reorder:
+                    self.ledger.payloads_delayed += 1
+                    self.engine.schedule(t + rng.uniform(0.0, spec.payload_delay_max), SERVICE, d, "later",
+                                         (self.incarnation[d], target, payload))
+                else:
+                    self._unicast(d, t, target, payload)
+                if spec.payload_duplicate and rng.random() < spec.payload_duplicate:
+                    self.ledger.payloads_duplicated += 1
+                    self._unicast(d, t, target, payload)
+
+    def _unicast(self, d: int, t: float, target: int, payload: bytes) -> None:
+        node = self.nodes[d]
+        if node is None:
+            raise RuntimeError(f"post office {d} sends while its node is down")
+        try:
+            actions = node.unicast(self.spec.group, target, payload, self.local(d, t))
+        except (UsageError, WouldBlock):  # not in our view (yet), or its window is full
+            self.ledger.unroutable += 1
+            return
+        self.apply(d, actions, t)
+
+    def _later(self, t: float, d: int, held: tuple[int, int, bytes]) -> None:
+        """A payload held back below the mail layer goes now, unless its process died meanwhile."""
+        incarnation, target, payload = held
+        if self.nodes[d] is not None and incarnation == self.incarnation[d]:
+            self._unicast(d, t, target, payload)
 
     def apply(self, node_id: int, actions: list[Any], now: float) -> None:
         """The node's actions first; then what they delivered to its PO (never

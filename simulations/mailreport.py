@@ -94,6 +94,8 @@ class Ledger:
     unroutable: int = 0
     """Payloads the node would not unicast (peer not in the view, or window full): the PO retries."""
     garbage: int = 0
+    payloads_duplicated: int = 0
+    payloads_delayed: int = 0
     pulls: int = 0
     pulled_bytes: int = 0
     duplicates: int = 0
@@ -193,6 +195,8 @@ def summarise(ledger: Ledger, held: set[MailKey], costs: Costs = Costs()) -> dic
             "mail_transmissions_per_mail": per(ledger.mail_items),
             "by_kind": {k: {"messages": msgs[k], "bytes": byts[k]} for k in sorted(msgs)},
             "unroutable_payloads": ledger.unroutable, "garbage": ledger.garbage,
+            "payloads_duplicated_below_mail": ledger.payloads_duplicated,
+            "payloads_delayed_below_mail": ledger.payloads_delayed,
         },
         "intra_domain": {
             "stored_without_a_message": paths["local"], "pulls": ledger.pulls, "mails_pulled": len(delivered)

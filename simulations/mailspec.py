@@ -20,6 +20,9 @@ sgcs group, ``mailboxes:<system>``, and the scenario's ``[network]`` and
     pull_every = 0.05               # seconds between two pulls of each running MI
     crash_every = 5.0               # optional: a random PO crashes every so many seconds ...
     down_for = 0.5                  # ... and restarts this much later (from its durable records)
+    payload_duplicate = 0.2         # optional: a PO payload is unicast twice (below the mail layer,
+    payload_reorder = 0.2           #   above sgcs) / held back up to payload_delay_max seconds so
+    payload_delay_max = 0.05        #   that later ones overtake it (as service.Faults does)
     system = "wf"                   # the first field of every MI name
     [mailboxes.settings]            # any sgcs.services.mailboxes.Settings field
 
@@ -45,7 +48,8 @@ from .faultspec import Fault
 from .validate import check_keys, fail, integer, number, show
 
 _KEYS = ("domains", "mis_per_domain", "mails", "mail_rate", "size", "move_interval", "local", "unknown",
-         "pull_every", "crash_every", "down_for", "system", "settings")
+         "pull_every", "crash_every", "down_for", "payload_duplicate", "payload_reorder", "payload_delay_max",
+         "system", "settings")
 _SETTINGS_BOUNDS: dict[str, tuple[float, float]] = {
     "retry_initial": (1e-3, 3600.0), "retry_max": (1e-3, 3600.0), "tombstone_lifetime": (0.0, 1e6),
     "outbox_max": (1, 10_000_000), "mailbox_max": (1, 10_000_000), "book_max": (1, 10_000_000),
@@ -72,6 +76,9 @@ class MailboxSpec:
     pull_every: float = 0.05
     crash_every: float = 0.0
     down_for: float = 0.5
+    payload_duplicate: float = 0.0
+    payload_reorder: float = 0.0
+    payload_delay_max: float = 0.05
     system: str = "wf"
     settings: Settings = field(default_factory=Settings)
     settings_given: tuple[str, ...] = ()
@@ -90,6 +97,8 @@ class MailboxSpec:
             **({"local": self.local} if self.local is not None else {}),
             **({"unknown": self.unknown} if self.unknown is not None else {}),
             "pull_every": self.pull_every, "crash_every": self.crash_every, "down_for": self.down_for,
+            "payload_duplicate": self.payload_duplicate, "payload_reorder": self.payload_reorder,
+            "payload_delay_max": self.payload_delay_max,
             "system": self.system, "settings": {k: given[k] for k in self.settings_given},
         }
 
@@ -115,12 +124,15 @@ def parse_mailboxes(table: Any, nodes: int, group_names: tuple[str, ...], faults
     down_for = number(f"{path}.down_for", table.get("down_for", 0.5), 0.0, 1e6, low_open=True)
     if crash_every and down_for >= crash_every:
         fail(f"{path}.down_for", f"{down_for:g} s must be shorter than crash_every ({crash_every:g} s)")
+    duplicate = number(f"{path}.payload_duplicate", table.get("payload_duplicate", 0.0), 0.0, 1.0)
+    reorder = number(f"{path}.payload_reorder", table.get("payload_reorder", 0.0), 0.0, 1.0)
+    delay_max = number(f"{path}.payload_delay_max", table.get("payload_delay_max", 0.05), 0.0, 60.0)
     system = table.get("system", "wf")
     if not isinstance(system, str) or not system or "|" in system or len(system) > 40:
         fail(f"{path}.system", f"must be a non-empty string of at most 40 characters without '|', got {show(system)}")
     settings, given = _settings(table.get("settings", {}))
     spec = MailboxSpec(domains, mails, per_domain, rate, size, moves, local, unknown, pull_every, crash_every,
-                       down_for, system, settings, given)
+                       down_for, duplicate, reorder, delay_max, system, settings, given)
     if spec.group in group_names:
         fail(f"{path}.system", f"the post offices' group {spec.group!r} is also a [[groups]] name; rename one")
     _check_po_faults(faults, domains, bool(crash_every))
