@@ -9,7 +9,10 @@ moving every ``move_interval`` seconds. The run's measured rho1, rho2 and q
 (the share of mails forwarded from an old post office) go into equations (1)
 and (2); the table sets them beside the traffic and time counted in the run,
 in the model's units, and the migration control per move beside
-(D_fri + 2) C_ctl.
+(D_fri + 2) C_ctl ("-home": less the share of moves back to the home
+domain, which need no HOME_UPDATE). "hops" is forward hops per forwarded
+mail: the model forwards a mail once, a mail whose receiver moves again
+before the mail catches up is forwarded again.
 
     PYTHONPATH=. SGCS_PURE_PYTHON=1 python benchmarks/mailboxes_simulate.py [--mails 3000]
 """
@@ -78,9 +81,15 @@ def main() -> int:
             mig = cm["migration_control_per_move"]
             ok = mails["lost"] == mails["duplicated"] == mails["out_of_order"] == 0 and mails["delivered"] == mails["sent"]
             label = "none" if moves is None else f"{moves[0]:g}-{moves[1]:g}s"
+            # forward hops per forwarded mail: above 1 when the MI moved again before its mail caught up
+            hops = mails["forward_hops"] / mails["forwarded"] if mails["forwarded"] else 0.0
+            moves_made = s["moves"]  # type: ignore[index]
+            home_share = mig["moves_to_home"] / moves_made if moves_made else 0.0
+            migration = (f"{mig['measured']:5.2f} {mig['model']:5.2f} {mig['model'] - home_share:5.2f}" if moves_made
+                         else f"{'-':>5} {'-':>5} {'-':>5}")
             print(f"{local:5.1f} {unknown:4.1f} {label:>9} | {cm['rho1']:5.3f} {cm['rho2']:5.3f} {cm['q']:5.3f} | "
                   f"{d['measured']:6.3f} {d['eq2']:6.3f} {ed:+6.2%} | {t['from_counts']:6.3f} {t['eq1']:6.3f} "
-                  f"{et:+6.2%} | {cm['acks_per_mail_kb']:5.2f} | {mig['measured']:5.2f} {mig['model']:5.2f} | "
+                  f"{et:+6.2%} | {cm['acks_per_mail_kb']:5.2f} | {hops:5.2f} | {migration} | "
                   f"{inter['messages_per_mail']:8.3f} {inter['bytes_per_mail']:6.0f} {inter['messages_per_move']:8.2f} | "
                   f"{'yes' if ok else 'NO'}")
     print(f"largest relative error over {len(GRID)} points x {args.mails} mails: {worst:.2%} "

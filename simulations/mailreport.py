@@ -78,6 +78,8 @@ class Ledger:
     """Mails carried by MAIL envelopes, retries and tombstone forwards included."""
     forward_items: int = 0
     """Mails carried by FORWARD batches, retries included."""
+    late_items: int = 0
+    """Mails a tombstone sent on in a MAIL (its PO is not the sender's), retries included."""
     forwarded: set[MailKey] = field(default_factory=set)
     """Mails that took a forward hop (FORWARD batch or tombstone) at least once."""
     control_first: set[tuple[str, str, int, int]] = field(default_factory=set)
@@ -118,6 +120,7 @@ class Ledger:
             self.mail_items += len(body)
             for item in body:
                 if item[5] != envelope.source:  # not the sender's PO: a tombstone's forward
+                    self.late_items += 1
                     self.forwarded.add((item[1], item[0], item[2]))
         elif kind is Kind.FORWARD:
             self.forward_items += len(body[2])
@@ -179,7 +182,8 @@ def summarise(ledger: Ledger, held: set[MailKey], costs: Costs = Costs()) -> dic
             "sent": n, "delivered": len(delivered), "lost": len(lost), "held_undelivered": len(undelivered) - len(lost),
             "duplicated": ledger.duplicates, "out_of_order": ledger.out_of_order, "refused_outbox_full": ledger.refused,
             "paths": {p: paths[p] for p in PATHS}, "aimed_class_empty": ledger.fallback,
-            "forwarded": len(ledger.forwarded), "sent_while_receiver_moving": int(q_moving * n + 0.5),
+            "forwarded": len(ledger.forwarded), "forward_hops": ledger.forward_items + ledger.late_items,
+            "sent_while_receiver_moving": int(q_moving * n + 0.5),
             "latency_s": _quantiles(latencies),
             "lost_examples": [list(k) for k in lost[:5]],
         },
