@@ -66,7 +66,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     print(f"{'local':>5} {'unkn':>4} {'moves':>9} | {'rho1':>5} {'rho2':>5} {'q':>5} | {'D run':>6} {'D eq2':>6} "
-          f"{'err':>6} | {'T run':>6} {'T eq1':>6} {'err':>6} | {'acks':>5} | {'mig':>5} {'model':>5} | "
+          f"{'err':>6} | {'T run':>6} {'T eq1':>6} {'err':>6} | {'acks':>5} | {'hops':>5} | {'mig':>5} {'model':>5} {'-home':>5} | "
           f"{'msg/mail':>8} {'B/mail':>6} {'msg/move':>8} | ok")
     worst = 0.0
     started = time.perf_counter()

@@ -14,8 +14,9 @@ Validation is exhaustive and fails fast: every unknown field, wrong type or
 out-of-range value raises ``sgcs.UsageError`` with a single line that starts
 with the field's path (``network.loss``, ``groups[0].size``,
 ``faults[2].crash``) and says what is allowed. Faults are parsed in
-``faultspec``; this module owns the top level, the network, the protocol and
-the groups.
+``faultspec`` and an optional ``[mailboxes]`` workload (post offices of the
+mailbox service on the first nodes) in ``mailspec``; this module owns the top
+level, the network, the protocol and the groups.
 """
 
 from __future__ import annotations
