@@ -8,7 +8,9 @@ delay, loss, duplication, partitions, crashes, recoveries and pauses. A run is
 described by a scenario TOML file (``scenario``), executed by an event heap
 (``engine``, ``simulator``, ``lifecycle``, ``network``) and recorded as a
 trace directory in schema 1 (``trace``): ``meta.json``, ``events/`` and
-``net/`` as Parquet datasets. A seed replays a run bit for bit.
+``net/`` as Parquet datasets. A seed replays a run bit for bit. A scenario
+with a ``[mailboxes]`` table runs the mailbox service's post offices on the
+nodes (``mailboxes``, ``mailspec``, ``mailreport``) and adds ``mail/``.
 
     from simulations import load_scenario, simulate
     summary = simulate(load_scenario("simulations/scenarios/default.toml"), "runs/x")

@@ -22,8 +22,10 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable, Sequence
 
-ARRIVE, TIMER, APP, FAULT, RESUME, BUCKET, RETRY = range(7)
-"""The simulator's event kinds: indexes into its dispatch table."""
+ARRIVE, TIMER, APP, FAULT, RESUME, BUCKET, RETRY, SERVICE = range(8)
+"""The simulator's event kinds: indexes into its dispatch table. SERVICE is
+for a service layered on the nodes (``simulations.mailboxes``); the plain
+simulator never schedules it."""
 
 Handler = Callable[[float, int, Any, Any], None]
 PROGRESS_EVERY = 1 << 14

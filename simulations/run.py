@@ -20,13 +20,15 @@ import shutil
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import sgcs
 from sgcs.errors import UsageError
 
+from .mailboxes import MailboxSimulator
+from .mailreport import format_summary
 from .scenario import Scenario
 from .simulator import Simulator
 from sgcs.trace import SCHEMA_VERSION, write_json
@@ -59,6 +61,8 @@ class RunSummary:
     nacks: int = 0
     peak_buffered: int = 0
     """The largest peak buffer (unstable records) of any node up at the end."""
+    mailboxes: dict[str, Any] | None = None
+    """A mailbox scenario's figures (``mailreport.summarise``); None for others."""
 
     @property
     def reliability(self) -> float:
@@ -83,7 +87,8 @@ class RunSummary:
             f"mean reliability {self.reliability:.4f}; {self.held:,} sends waited for flow control",
             f"repairs: {self.repaired_by_nack:,} by NACK, {self.repaired_by_gossip:,} by gossip; "
             f"{self.retransmissions:,} retransmissions, {self.nacks:,} NACKs; peak buffer {self.peak_buffered:,} records",
-            f"trace: {self.out} (meta.json, events/, net/, stats/)",
+            *(() if self.mailboxes is None else (format_summary(self.mailboxes),)),
+            f"trace: {self.out} (meta.json, events/, net/, stats/{', mail/' if self.mailboxes else ''})",
         ))
 
 
@@ -98,13 +103,16 @@ def simulate(
     out = Path(out)
     prepare_out(out)
     write_json(out / "meta.json", meta_of(scenario, net_bucket))
-    simulator = Simulator(scenario, out, net_bucket)
+    simulator = Simulator(scenario, out, net_bucket) if scenario.mailboxes is None else \
+        MailboxSimulator(scenario, out, net_bucket)
     show = sys.stderr.isatty() if progress is None else progress
     started = time.perf_counter()  # wall clock for the summary only
     with _progress_bar(scenario.duration, show) as update:
         simulator.run(update)
     wall = time.perf_counter() - started
     summary = _summarise(simulator, out, wall)
+    if isinstance(simulator, MailboxSimulator):
+        summary = replace(summary, mailboxes=simulator.report(out))
     write_json(out / "summary.json", summary.to_json())
     return summary
 
@@ -129,7 +137,7 @@ def prepare_out(out: Path) -> None:
     if out.is_dir() and any(out.iterdir()):
         if not (out / "meta.json").is_file():
             raise UsageError(f"--out {out}: directory is not empty and holds no sgcs trace; choose a new directory")
-        for stale in ("events", "net", "stats"):
+        for stale in ("events", "net", "stats", "mail"):
             shutil.rmtree(out / stale, ignore_errors=True)
         (out / "summary.json").unlink(missing_ok=True)
     try:
@@ -150,7 +158,7 @@ def _summarise(simulator: Simulator, out: Path, wall: float) -> RunSummary:
     )
 
 
-def _transport_totals(simulator: Simulator) -> dict[str, int]:
+def _transport_totals(simulator: Simulator) -> dict[str, Any]:
     stats = [node.statistics() for node in simulator.nodes if node is not None]
     return {
         "repaired_by_nack": sum(s.repaired_by_nack for s in stats),

@@ -14,8 +14,9 @@ Validation is exhaustive and fails fast: every unknown field, wrong type or
 out-of-range value raises ``sgcs.UsageError`` with a single line that starts
 with the field's path (``network.loss``, ``groups[0].size``,
 ``faults[2].crash``) and says what is allowed. Faults are parsed in
-``faultspec``; this module owns the top level, the network, the protocol and
-the groups.
+``faultspec`` and an optional ``[mailboxes]`` workload (post offices of the
+mailbox service on the first nodes) in ``mailspec``; this module owns the top
+level, the network, the protocol and the groups.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from sgcs.errors import UsageError
 from sgcs.wire import MAX_GROUP_NAME
 
 from .faultspec import Fault, check_timeline, parse_faults
+from .mailspec import MailboxSpec, parse_mailboxes
 from .validate import check_keys, fail, integer, number, show
 
 DEFAULT_SECRET = b"sgcs-simulation-secret"
@@ -43,7 +45,7 @@ DEFAULT_SCENARIO = "default.toml"
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 """Shipped scenarios (package data next to this module)."""
 
-_TOP_KEYS = ("seed", "nodes", "duration", "network", "protocol", "groups", "faults")
+_TOP_KEYS = ("seed", "nodes", "duration", "network", "protocol", "groups", "faults", "mailboxes")
 _NETWORK_KEYS = ("latency_ms", "loss", "duplicate", "clock_offset_s", "clock_drift_ppm")
 _LATENCY_KEYS = ("median", "sigma")
 _GROUP_KEYS = ("name", "order", "members", "rate", "size")
@@ -97,6 +99,8 @@ class Scenario:
     groups: tuple[GroupSpec, ...]
     faults: tuple[Fault, ...]
     source: str
+    mailboxes: MailboxSpec | None = None
+    """A mailbox workload on post offices (``mailspec``); None: none."""
 
     def to_json(self) -> dict[str, Any]:
         """The scenario as plain JSON (the secret is left out on purpose)."""
@@ -118,6 +122,7 @@ class Scenario:
                 for g in self.groups
             ],
             "faults": [f.to_json() for f in self.faults],
+            **({"mailboxes": self.mailboxes.to_json()} if self.mailboxes is not None else {}),
         }
 
     def replay_command(self, out: str = "RUN") -> str:
@@ -178,7 +183,10 @@ def build_scenario(raw: dict[str, Any], source: str = "<mapping>") -> Scenario:
     groups = _groups(raw.get("groups", []), nodes, config)
     faults = parse_faults(raw.get("faults", []), nodes)
     check_timeline(faults, nodes)
-    return Scenario(seed, nodes, duration, network, protocol, config, groups, faults, source)
+    mailboxes = None
+    if "mailboxes" in raw:
+        mailboxes = parse_mailboxes(raw["mailboxes"], nodes, tuple(g.name for g in groups), faults)
+    return Scenario(seed, nodes, duration, network, protocol, config, groups, faults, source, mailboxes)
 
 
 def _network(table: Any) -> NetworkSpec:

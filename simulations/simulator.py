@@ -58,7 +58,7 @@ from sgcs.errors import UsageError
 from sgcs.node import Node
 from sgcs.wire import VerifiedMemo
 
-from .engine import APP, ARRIVE, RETRY, TIMER, Engine
+from .engine import APP, ARRIVE, RETRY, TIMER, Engine, Handler
 from .lifecycle import FAULT_HANDLERS, start_run
 from .network import Network
 from .scenario import GroupSpec, Scenario
@@ -170,7 +170,8 @@ class Simulator:
             Send: self._send, Multicast: self._multicast, Deliver: self._deliver, ViewInstalled: _ignore,
             OptimisticView: _ignore, Rollback: _ignore, MemberSuspected: _ignore, MemberBusy: _ignore,
         }
-        self._dispatch = (self._arrive, self._timer, self._app, self._fault, self._resume, self._bucket, self._retry)
+        self._dispatch: tuple[Handler, ...] = (self._arrive, self._timer, self._app, self._fault, self._resume,
+                                               self._bucket, self._retry)
         self.waiting: dict[tuple[int, str], int] = {}
         """Application sends held back by flow control, per (node, group)."""
         self.retry_at: dict[tuple[int, str], float] = {}

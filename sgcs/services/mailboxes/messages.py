@@ -156,6 +156,22 @@ class Envelope:
         return json.dumps([self.kind.value, self.source, self.body], separators=(",", ":")).encode()
 
 
+def pack_envelopes(lines: list[bytes], limit: int) -> list[bytes]:
+    """Encoded envelopes to one post office as few payloads of about ``limit``
+    bytes as they fit in: ``b"M"`` then the envelopes, one per line (JSON
+    has no raw newline). The trio shell and the simulator both send these."""
+    payloads, current, size = [], [b"M"], 1
+    for line in lines:
+        if size + len(line) + 1 > limit and len(current) > 1:
+            payloads.append(current[0] + b"\n".join(current[1:]))
+            current, size = [b"M"], 1
+        current.append(line)
+        size += len(line) + 1
+    if len(current) > 1:
+        payloads.append(current[0] + b"\n".join(current[1:]))
+    return payloads
+
+
 def decode_envelope_untrusted(data: bytes) -> Envelope:
     """Parse and check one envelope; raises only ``DecodeError``."""
     if len(data) > MAX_ENVELOPE:

@@ -37,7 +37,7 @@ import trio
 import sgcs
 from sgcs.errors import DecodeError, UsageError
 
-from .messages import Mail, MIState, decode_envelope_untrusted, home_of, make_name
+from .messages import Mail, MIState, decode_envelope_untrusted, home_of, make_name, pack_envelopes
 from .postoffice import PostOffice, Send, Settings
 from .store import Store
 
@@ -271,16 +271,7 @@ class PostOfficeService:
 
 
 def _pack(lines: list[bytes]) -> list[bytes]:
-    payloads, current, size = [], [b"M"], 1
-    for line in lines:
-        if size + len(line) + 1 > PAYLOAD_MAX and len(current) > 1:
-            payloads.append(current[0] + b"\n".join(current[1:]))
-            current, size = [b"M"], 1
-        current.append(line)
-        size += len(line) + 1
-    if len(current) > 1:
-        payloads.append(current[0] + b"\n".join(current[1:]))
-    return payloads
+    return pack_envelopes(lines, PAYLOAD_MAX)
 
 
 @asynccontextmanager
