@@ -232,7 +232,7 @@ class VerifiedMemo:
     def body(self, data: bytes | bytearray, key: bytes) -> bytes | None:
         """The body of ``data`` if it was checked under ``key`` lately."""
         entry = self._verified.get(id(data))
-        if entry is not None and entry[0] is data and entry[1] is key:
+        if entry is not None and entry[0] is data and entry[1] == key:  # equal keys: each node derives its own
             return entry[2]
         return None
 
@@ -240,7 +240,10 @@ class VerifiedMemo:
         if type(data) is not bytes:
             return  # mutable buffers may change after the check
         verified = self._verified
-        if len(verified) >= self.capacity:
+        replaced = verified.pop(id(data), None)  # checked again under another key
+        if replaced is not None:
+            self._decoded.pop(id(replaced[2]), None)
+        elif len(verified) >= self.capacity:
             _, _, gone = verified.pop(next(iter(verified)))  # oldest first
             self._decoded.pop(id(gone), None)
         verified[id(data)] = (data, key, body)

@@ -315,9 +315,11 @@ def test_a_verified_memo_checks_one_datagram_object_once_and_nothing_else(monkey
     data = seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, 1, (), 0, b"x")]))
     memo = VerifiedMemo(capacity=2)
     other_key = derive_key(b"another-secret")
+    same_key = derive_key(b"golden-secret")  # another node's key: equal, another object
     checks.clear()  # sealing and deriving computed some
     for _ in range(3):
         decode_datagram_untrusted(data, KEY, memo=memo)
+    decode_datagram_untrusted(data, same_key, memo=memo)  # another node's equal key: the simulator's case
     assert len(checks) == 1
     decode_datagram_untrusted(bytes(bytearray(data)), KEY, memo=memo)  # an equal copy: another object
     decode_datagram_untrusted(data, KEY)  # no memo
@@ -357,3 +359,8 @@ def test_a_verified_memo_shares_one_body_and_its_decoded_value_per_datagram_obje
         decode_datagram_untrusted(seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, n, (), 0, b"")])),
                                   KEY, memo=memo)
     assert memo.decoded(body, MsgType.DATA) is None
+    for n in range(50):  # a body's value goes with its datagram: nothing is left behind
+        other = seal(KEY, MsgType.DATA, Flag.NONE, 5, encode_records(1, [Record(5, n, (), 0, b"")]))
+        for key in (KEY, derive_key(b"golden-secret")):
+            decode_datagram_untrusted(other, key, memo=memo)
+    assert len(memo._decoded) <= memo.capacity
