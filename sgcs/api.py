@@ -178,6 +178,20 @@ class MemberBusy:
     group: str
 
 
+@dataclass(frozen=True, slots=True)
+class GroupStatistics:
+    """One group's state at this node (``NodeHandle.group_statistics``)."""
+
+    members: int
+    """Members in the installed view."""
+    held: int
+    """Messages held here: unstable records, plus those waiting for a view change or their order."""
+    window: int
+    """Unstable records: the flow window in use (``send`` waits at ``Config.window_max``)."""
+    changing_view: bool
+    """A view change is under way: sends are optimistic."""
+
+
 Event = Union[Delivery, ViewChange, OptimisticView, Rollback, MemberSuspected, MemberBusy]
 """What iterating over a group yields."""
 
@@ -365,6 +379,15 @@ class NodeHandle:
     def io_statistics(self) -> DriverStatistics:
         """The driver's counters: send and receive errors, discarded events."""
         return self._driver.statistics()
+
+    def group_statistics(self) -> dict[str, GroupStatistics]:
+        """The state of each group this node belongs to, by name."""
+        node = self._driver.node
+        result = {}
+        for name in node.groups:
+            held, window = node.occupancy(name)
+            result[name] = GroupStatistics(len(node.view(name)[1]), held, window, node.changing_view(name))
+        return result
 
     @asynccontextmanager
     async def join(
