@@ -134,6 +134,9 @@ def test_open_error_under_asyncio_is_the_same_usage_error(network: dict[str, obj
             with pytest.raises(sgcs.UsageError, match="already used"):
                 async with sgcs.open_node(make_config(network, "twin", port=port)):
                     pass
+            with pytest.raises(sgcs.UsageError, match="order"):
+                async with node.join("bad-order", order="bogus"):
+                    pass
             async with node.join("still-works") as group:
                 await next_event(group, view_holding(node.id))
 

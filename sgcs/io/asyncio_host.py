@@ -11,7 +11,8 @@ I/O happens in a helper thread. A trio program pays nothing for this.
 
 One ``GuestRun`` per asyncio loop hosts every sgcs node opened on that loop
 (trio allows one run per thread). The first ``open_node`` starts it, the last
-one to close stops it, so ``asyncio.run`` returns with no trio thread left.
+one to close stops it and waits until trio has finished, so no trio task
+outlives the program's last node.
 
 asyncio code and trio tasks share one thread, so they never run at the same
 time: asyncio code may read the node's state (views, statistics) as any trio
