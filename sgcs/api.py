@@ -1,4 +1,4 @@
-"""The public trio API: open a node, join groups, send, and read events.
+"""The public API: open a node, join groups, send, and read events.
 
 Theory of operation
 -------------------
@@ -30,6 +30,11 @@ a member). A program that does not care about an event type skips it.
 The handles are thin: every command goes through the driver to the sans-I/O
 node, whose ``UsageError`` (unknown member, payload too big, not bytes, group
 already left) reaches the caller unchanged.
+
+Under asyncio (``open_node`` asks sniffio which library runs it) the same
+driver runs as a trio guest of the asyncio loop (``sgcs.io.asyncio_host``),
+and the handles are subclasses that carry each command into a trio task and
+take events from a bridge: same calls, events and errors for both.
 """
 
 from __future__ import annotations
