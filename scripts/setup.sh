@@ -29,7 +29,7 @@ fi
 stamp=.venv/.sgcs-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[analysis,dev]'
+    .venv/bin/python -m pip install -q -e '.[analysis,dev,metrics]'
     touch "$stamp"
 fi
 # The hot modules compiled with mypyc (sgcs/_compiled.py), rebuilt when a source

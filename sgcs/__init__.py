@@ -73,10 +73,10 @@ _API_NAMES = frozenset(
 
 
 def __getattr__(name: str) -> Any:
-    if name == "blocking":  # the blocking facade, a submodule: sgcs.blocking.open_node(config)
+    if name in ("blocking", "metrics"):  # submodules on first use: sgcs.blocking.open_node, sgcs.metrics.serve
         import importlib
 
-        return importlib.import_module(".blocking", __name__)
+        return importlib.import_module(f".{name}", __name__)
     if name in _API_NAMES:
         from . import api
 

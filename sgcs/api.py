@@ -1,4 +1,4 @@
-"""The public trio API: open a node, join groups, send, and read events.
+"""The public API: open a node, join groups, send, and read events.
 
 Theory of operation
 -------------------
@@ -30,18 +30,24 @@ a member). A program that does not care about an event type skips it.
 The handles are thin: every command goes through the driver to the sans-I/O
 node, whose ``UsageError`` (unknown member, payload too big, not bytes, group
 already left) reaches the caller unchanged.
+
+Under asyncio (``open_node`` asks sniffio which library runs it) the same
+driver runs as a trio guest of the asyncio loop (``sgcs.io.asyncio_host``),
+and the handles are subclasses that carry each command into a trio task and
+take events from a bridge: same calls, events and errors for both.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
+import sniffio
 import trio
 
 
@@ -72,6 +78,9 @@ from .errors import UsageError
 from .io.event_queue import EventQueue
 from .io.trio_driver import AppEvent, DriverStatistics, TrioDriver, open_driver
 from .node import NodeStatistics
+
+if TYPE_CHECKING:  # loaded on first use under asyncio: a trio program never imports asyncio
+    from .io.asyncio_host import EventBridge, GuestRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +181,20 @@ class MemberBusy:
 
     member: int
     group: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatistics:
+    """One group's state at this node (``NodeHandle.group_statistics``)."""
+
+    members: int
+    """Members in the installed view."""
+    held: int
+    """Messages held here: unstable records, plus those waiting for a view change or their order."""
+    window: int
+    """Unstable records: the flow window in use (``send`` waits at ``Config.window_max``)."""
+    changing_view: bool
+    """A view change is under way: sends are optimistic."""
 
 
 Event = Union[Delivery, ViewChange, OptimisticView, Rollback, MemberSuspected, MemberBusy]
@@ -362,6 +385,15 @@ class NodeHandle:
         """The driver's counters: send and receive errors, discarded events."""
         return self._driver.statistics()
 
+    def group_statistics(self) -> dict[str, GroupStatistics]:
+        """The state of each group this node belongs to, by name."""
+        node = self._driver.node
+        result = {}
+        for name in node.groups:
+            held, window = node.occupancy(name)
+            result[name] = GroupStatistics(len(node.view(name)[1]), held, window, node.changing_view(name))
+        return result
+
     @asynccontextmanager
     async def join(
         self, group: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None
@@ -383,9 +415,88 @@ class NodeHandle:
         return f"<sgcs.NodeHandle {self.name!r} id={self.id} {host}:{port}>"
 
 
+class _AsyncioGroupHandle(GroupHandle):
+    """``GroupHandle`` for an asyncio program: the same calls, each carried
+    into the trio guest run that hosts the node (``sgcs.io.asyncio_host``).
+
+    State is read directly (one thread); commands run as trio tasks; events
+    arrive through an ``EventBridge`` fed by a trio task of the group."""
+
+    def __init__(self, run: GuestRun, group: GroupHandle, bridge: EventBridge[Event],
+                 leave: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(group._driver, group.name, group._receive)
+        self._run = run
+        self._group = group
+        self._bridge = bridge
+        self._leave_trio = leave
+
+    async def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> None:
+        if self._left:
+            raise UsageError(f"group {self._name!r} was left; join it again to send")
+        await self._run.call(partial(self._group.send, payload, to=to, block=block))
+
+    async def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> None:
+        if self._left:
+            raise UsageError(f"group {self._name!r} was left; join it again to send")
+        await self._run.call(partial(self._group.send_many, list(payloads), block=block))
+
+    async def receive(self) -> Event:
+        if self._left:
+            raise trio.EndOfChannel
+        self._unyielded += 1
+        if self._unyielded >= RECEIVE_YIELD_EVERY:  # let other asyncio tasks run, as trio's receive does
+            self._unyielded = 0
+            await self._bridge.pause()
+        event = self._bridge.get_nowait()
+        return event if event is not None else (await self._bridge.get_many(1))[0]
+
+    async def receive_many(self, max_events: int | None = None) -> list[Event]:
+        if max_events is not None and max_events < 1:
+            raise UsageError(f"max_events must be at least 1, got {max_events}")
+        if self._left:
+            raise trio.EndOfChannel
+        return await self._bridge.get_many(RECEIVE_MANY_MAX if max_events is None else max_events)
+
+    async def leave(self) -> None:
+        if self._left:
+            return
+        self._refresh_view()
+        self._left = True
+        await self._leave_trio()
+
+
+class _AsyncioNodeHandle(NodeHandle):
+    """``NodeHandle`` for an asyncio program; see ``_AsyncioGroupHandle``."""
+
+    def __init__(self, run: GuestRun, node: NodeHandle) -> None:
+        super().__init__(node._driver)
+        self._run = run
+        self._node = node
+
+    @asynccontextmanager
+    async def join(
+        self, group: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None
+    ) -> AsyncIterator[GroupHandle]:
+        from .io.asyncio_host import EventBridge
+
+        bridge: EventBridge[Event] = EventBridge(self._run, self.config.app_queue)
+        joined, leave = await self._run.hold(
+            self._node.join(group, order=order, members=members), lambda trio_group: bridge.feed(trio_group.receive_many)
+        )
+        handle = _AsyncioGroupHandle(self._run, joined, bridge, leave)
+        try:
+            yield handle
+        finally:
+            await handle.leave()
+
+
 @asynccontextmanager
 async def open_node(config: Config, *, trace: str | os.PathLike[str] | None = None) -> AsyncIterator[NodeHandle]:
     """Run an sgcs node on real sockets for the duration of the block.
+
+    Works under trio and under asyncio (where the trio driver runs as a guest
+    of the asyncio loop, see ``sgcs.io.asyncio_host``), with the same handles,
+    events and errors.
 
     ``trace``: a run directory to record trace schema 1 into (the format of
     ``sgcs simulate``, so ``sgcs analyze`` and ``simulations.checks`` check
@@ -397,5 +508,27 @@ async def open_node(config: Config, *, trace: str | os.PathLike[str] | None = No
     Leaving the block stops every task of the node and closes its sockets."""
     if not isinstance(config, Config):
         raise UsageError(f"open_node needs an sgcs.Config, got {type(config).__name__}")
-    async with open_driver(config, trace) as driver:
-        yield NodeHandle(driver)
+    library = sniffio.current_async_library()
+    if library == "trio":
+        async with open_driver(config, trace) as driver:
+            yield NodeHandle(driver)
+    elif library == "asyncio":
+        async with _open_asyncio_node(config, trace) as node:
+            yield node
+    else:
+        raise UsageError(f"sgcs runs under trio or asyncio, not {library}")
+
+
+@asynccontextmanager
+async def _open_asyncio_node(config: Config, trace: str | os.PathLike[str] | None) -> AsyncIterator[NodeHandle]:
+    from .io.asyncio_host import GuestRun
+
+    run = await GuestRun.acquire()
+    try:
+        node, close = await run.hold(open_node(config, trace=trace))
+        try:
+            yield _AsyncioNodeHandle(run, node)
+        finally:
+            await close()
+    finally:
+        await run.release()

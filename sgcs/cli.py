@@ -152,6 +152,14 @@ def _add_chat(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="display name shown to the others (default: your user name)")
     parser.add_argument("--order", default="total", choices=("fifo", "causal", "total", "safe"),
                         help="the group's delivery order (default total: everyone sees one conversation)")
+    _add_network(parser)
+    parser.add_argument("--trace", metavar="DIR", help="record trace schema 1 into DIR (for sgcs analyze)")
+    parser.epilog = ("Once running, type a line to send it to the group; /to ID-OR-NAME TEXT sends to one member, "
+                     "/who lists the view, /quit or end of input leaves gracefully.")
+
+
+def _add_network(parser: argparse.ArgumentParser) -> None:
+    """The secret and network options of a member that joins by discovery (chat, stats)."""
     parser.add_argument("--secret", help="group secret, at least 8 bytes (default: $SGCS_SECRET, else a public "
                                          "demo secret, with a warning)")
     parser.add_argument("--port", type=int, metavar="P", help="unicast UDP port (default: a free one)")
@@ -159,19 +167,42 @@ def _add_chat(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--multicast-port", type=int, metavar="P", help="multicast UDP port (default 47017)")
     parser.add_argument("--peers", metavar="HOST:PORT,...",
                         help="no IP multicast: reach these members by unicast instead")
-    parser.add_argument("--trace", metavar="DIR", help="record trace schema 1 into DIR (for sgcs analyze)")
-    parser.epilog = ("Once running, type a line to send it to the group; /to ID-OR-NAME TEXT sends to one member, "
-                     "/who lists the view, /quit or end of input leaves gracefully.")
+
+
+def _network(args: argparse.Namespace) -> dict[str, object]:
+    """The Config fields that ``_add_network``'s options gave."""
+    given = {"port": args.port, "multicast_group": args.multicast_group, "multicast_port": args.multicast_port}
+    network: dict[str, object] = {key: value for key, value in given.items() if value is not None}
+    if args.peers is not None:
+        network.update(use_multicast=False, peers=[p.strip() for p in args.peers.split(",") if p.strip()])
+    return network
 
 
 def _run_chat(args: argparse.Namespace) -> int:
     from .chat import run_command
 
-    given = {"port": args.port, "multicast_group": args.multicast_group, "multicast_port": args.multicast_port}
-    network: dict[str, object] = {key: value for key, value in given.items() if value is not None}
-    if args.peers is not None:
-        network.update(use_multicast=False, peers=[p.strip() for p in args.peers.split(",") if p.strip()])
-    return run_command(args.name, args.group, args.order, args.secret, network, args.trace)
+    return run_command(args.name, args.group, args.order, args.secret, _network(args), args.trace)
+
+
+def _add_stats(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("group", metavar="GROUP", help="the group to join as a quiet member (found by discovery)")
+    parser.add_argument("--name", default="stats", help="this member's name, the metrics' node label (default stats)")
+    parser.add_argument("--order", default="total", choices=("fifo", "causal", "total", "safe"),
+                        help="the group's delivery order, as its members use it (default total)")
+    _add_network(parser)
+    parser.add_argument("--metrics-port", type=int, default=9464, metavar="P",
+                        help="serve http://HOST:P/metrics for Prometheus (default 9464; 0: a free port)")
+    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                        help="address to serve on (default 127.0.0.1; 0.0.0.0 lets other machines scrape)")
+    parser.add_argument("--print", type=float, default=None, metavar="S", dest="print_after",
+                        help="instead of serving: wait S seconds, print the metrics once and leave")
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    from .stats import run_command
+
+    return run_command(args.name, args.group, args.order, args.secret, _network(args), args.metrics_port,
+                       args.metrics_host, args.print_after)
 
 
 def _add_demo(parser: argparse.ArgumentParser) -> None:
@@ -222,6 +253,7 @@ COMMANDS: tuple[Command, ...] = (
     ("analyze", _add_analyze, _run_analyze),
     ("chat", _add_chat, _run_chat),
     ("demo", _add_demo, _run_demo),
+    ("stats", _add_stats, _run_stats),
     ("queue", _add_queue, _run_queue),
 )
 _HELP = {
@@ -231,6 +263,7 @@ _HELP = {
     "analyze": "run the Spark jobs over trace directories; write report.md, metrics.json and plots",
     "chat": "an interactive member: type lines to multicast them, see deliveries and view changes",
     "queue": "queue put/get/ls/bind/unbind/purge on a durable queue store, or QUEUE@NODE through sgcs",
+    "stats": "a quiet member of GROUP that serves its node's metrics for Prometheus, or prints them once",
     "demo": "a live local group: N member processes multicast, one is killed partway, the others change view",
 }
 

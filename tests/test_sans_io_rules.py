@@ -14,7 +14,7 @@ IO_SHELL = {
     "io",  # the trio driver, sockets, the event queue
     "services",  # built on the public API, with their own I/O
     "api.py", "blocking.py", "cli.py", "bench.py", "bench_member.py", "chat.py", "demo.py", "demo_display.py",
-    "demo_member.py", "members.py",
+    "demo_member.py", "members.py", "metrics.py", "stats.py",
 }
 """The I/O edge and the applications. Everything else under sgcs/ is protocol:
 a new module is checked without being listed (a list once missed group.py)."""
