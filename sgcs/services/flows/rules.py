@@ -22,7 +22,7 @@ change which events fail.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from .evaluate import Env, EvalError, compile_node, compile_predicate, evaluate, may_fail
@@ -109,7 +109,7 @@ class Select:
 
     schema: EventSchema
     predicate: Node
-    text: str = ""
+    text: str = field(default="", compare=False)
 
     @classmethod
     def parse(cls, schema: EventSchema, text: str, functions: Functions = DEFAULT_FUNCTIONS) -> "Select":
@@ -130,7 +130,7 @@ class Transform:
     outputs: tuple[Node, ...]
     """One per field of ``target``, in order."""
     checks: tuple[Node, ...] = ()
-    text: str = ""
+    text: str = field(default="", compare=False)
 
     @classmethod
     def identity(cls, schema: EventSchema) -> "Transform":
