@@ -218,6 +218,11 @@ class FlowGraph:
             return "total", "a subscribed state needs one order for its state transfer"
         return "fifo", "only selects and transforms downstream: per-event, any order per publisher"
 
+    def __repr__(self) -> str:
+        arcs = "; ".join(f"{a.source} -{a.kind}-> {a.target}: "
+                         f"{a.select.text if a.select else a.transform.text if a.transform else ''}" for a in self.arcs)
+        return f"<FlowGraph {self.name!r} {arcs}>"
+
     def group_name(self, root: str) -> str:
         return f"flows:{self.name}:{root}"
 
