@@ -57,7 +57,7 @@ def test_a_graph_from_toml_validates_and_chooses_orders() -> None:
     graph = FlowGraph.from_toml(STOCKS_TOML)
     assert sorted(graph.roots()) == ["NASDAQ", "NYSE"]
     assert graph.order_for("NYSE")[0] == "total"  # the collapse into prices distinguishes order per key
-    assert graph.group_name("NYSE") == "flows:stocks:NYSE"
+    assert graph.group_name("NYSE") == "flows:stocks:NASDAQ+NYSE"  # they meet in the state prices: one order
     paths = event_paths(graph, "alarms")
     assert len(paths) == 2  # fan-in: one per exchange
     nyse = next(p for p in paths if p.root == "NYSE")

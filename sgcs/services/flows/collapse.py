@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from .evaluate import Env, EvalError, compile_node, compile_predicate
 from .rules import bind_pattern, substitute
 from .schema import DEFAULT_FUNCTIONS, EventSchema, Functions, StateSchema, TypeEnv, check_predicate, type_of, widens
-from .syntax import FlowError, Name, Node, Value, parse_collapse
+from .syntax import Binary, Call, FlowError, Name, Node, Unary, Value, parse_collapse
 
 Key = tuple[Value, ...]
 Row = tuple[Value, ...]
@@ -161,7 +161,6 @@ class Collapse:
 
 
 def _names(node: Node) -> list[Name]:
-    from .syntax import Binary, Call, Unary
     if isinstance(node, Name):
         return [node]
     if isinstance(node, Unary):

@@ -32,8 +32,8 @@ from typing import Sequence
 
 from .evaluate import EvalError, Memo, compile_predicate
 from .graph import Arc, FlowGraph, History, StateSpace
-from .rules import Select, Transform, conjoin, r1_select_before_transform, r3_compose, substitute
-from .syntax import TRUE, FlowError, Name, Node, Value, parse_expression, render
+from .rules import Transform, conjoin, r1_select_before_transform, r3_compose, substitute
+from .syntax import TRUE, Binary, Call, FlowError, Name, Node, Unary, Value, names_in, parse_expression, render
 from .schema import TypeEnv, check_predicate
 
 
@@ -131,19 +131,18 @@ def _state_subscription(graph: FlowGraph, state: StateSpace, predicate: str) -> 
     arc = graph.in_arcs(state.name)[0]
     collapse = arc.collapse
     assert collapse is not None
-    key_part, residual = _split_by_keys(node, set(state.schema.key_names))
+    key_part, residual = split_by_keys(node, set(state.schema.key_names))
     # Keys as expressions over the collapse's source fields: the key part becomes an event select.
     on_events = substitute(key_part, dict(zip(state.schema.key_names, collapse.key_exprs)))
     paths = tuple(_with_select(p, on_events, graph) for p in event_paths(graph, arc.source))
     return Subscription(state.name, predicate, paths, residual, state.name)
 
 
-def _split_by_keys(node: Node, keys: set[str]) -> tuple[Node, Node]:
+def split_by_keys(node: Node, keys: set[str]) -> tuple[Node, Node]:
     """(the conjuncts over keys only, the rest)."""
-    from .syntax import Binary, names_in
     if isinstance(node, Binary) and node.op == "&":
-        k1, r1 = _split_by_keys(node.left, keys)
-        k2, r2 = _split_by_keys(node.right, keys)
+        k1, r1 = split_by_keys(node.left, keys)
+        k2, r2 = split_by_keys(node.right, keys)
         return conjoin(k1, k2), conjoin(r1, r2)
     return (node, TRUE) if names_in(node) <= keys else (TRUE, node)
 
@@ -200,7 +199,6 @@ class Matcher:
 
 
 def _size(node: Node) -> int:
-    from .syntax import Binary, Call, Unary
     if isinstance(node, Unary):
         return 1 + _size(node.operand)
     if isinstance(node, Binary):
@@ -251,4 +249,4 @@ def run_compiled(graph: FlowGraph, root: str, event: Sequence[Value]) -> dict[st
 
 
 __all__ = ["CompiledPath", "Matcher", "Subscription", "compile_arcs", "compile_subscription", "event_paths",
-           "run_compiled", "run_original", "Select", "Name"]
+           "run_compiled", "run_original", "split_by_keys"]

@@ -222,7 +222,7 @@ class Expander:
         """(predecessor node, the event) for every rule and event that can lead into ``node``."""
         if node == ABSENT:
             return []
-        out = []
+        out: list[tuple[Node, tuple[Value, ...]]] = []
         for index, rule in enumerate(self.rules):
             earlier = [r.guard for r in self.rules[:index] if r.creates == rule.creates]
             formula = conjoin(rule.guard, *(Unary("!", g) for g in earlier),
@@ -380,7 +380,7 @@ def _conjuncts(node: Node) -> list[Node]:
 def normalize(node: Node) -> Node:
     """Conjuncts deduplicated and sorted; ``#j = c`` substituted into the others."""
     parts = _conjuncts(fold(node))
-    fixed = {}
+    fixed: dict[str, Node] = {}
     for part in parts:
         if isinstance(part, Binary) and part.op == "=" and isinstance(part.left, Name) \
                 and part.left.name.startswith("#") and isinstance(part.right, Const):

@@ -224,7 +224,38 @@ class FlowGraph:
         return f"<FlowGraph {self.name!r} {arcs}>"
 
     def group_name(self, root: str) -> str:
-        return f"flows:{self.name}:{root}"
+        """The sgcs group that carries ``root`` (shared with the roots it meets in a state)."""
+        return next(g for g, roots in self.root_groups().items() if root in roots)
+
+    def root_groups(self) -> dict[str, list[str]]:
+        """group name -> roots it carries. Roots whose events meet in one state
+        share a group: a collapse needs one order over all its inputs, and sgcs
+        orders messages within a group only."""
+        roots = sorted(self.roots())
+        parent = {r: r for r in roots}
+
+        def find(r: str) -> str:
+            while parent[r] != r:
+                r = parent[r]
+            return r
+        states_of = {r: {n for n in self.downstream(r) if isinstance(self.spaces[n], StateSpace)} for r in roots}
+        for a in roots:
+            for b in roots:
+                if a < b and states_of[a] & states_of[b]:
+                    parent[find(b)] = find(a)
+        groups: dict[str, list[str]] = {}
+        for r in roots:
+            groups.setdefault(find(r), []).append(r)
+        return {f"flows:{self.name}:{'+'.join(members)}": members for members in groups.values()}
+
+    def fingerprint(self) -> str:
+        """Names the graph's declaration: members compile each other's
+        subscriptions only if they hold the same graph."""
+        import hashlib
+        text = repr(sorted((n, str(s.schema)) for n, s in self.spaces.items())) + repr(
+            [(a.kind, a.source, a.target, a.select.text if a.select else a.transform.text if a.transform
+              else a.collapse.describe() if a.collapse else "") for a in self.arcs])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # --- TOML ----------------------------------------------------------------------------
 
