@@ -33,9 +33,12 @@ store) and the keeper answers with the *expansion* from ``s0`` to its rows
 (``expand.py``): the shortest event sequence, which the subscriber collapses
 onto ``s0``; nothing it had is taken back.
 
-A request unanswered for ``retry_after`` seconds is sent again: a new cut. A
-keeper that finds no other keeper in the view starts from its own stored rows
-(the first keeper, or the last one standing).
+A request goes out only once a keeper is in sight (a request delivered in a
+view without one, e.g. the joiner's own first view, would cut nothing the
+others share). One unanswered for ``retry_after`` seconds is sent again: a
+new cut. A keeper that sees no other keeper buffers, and after
+``keeper_solo_after`` seconds starts from its own stored rows plus that
+buffer (the first keeper, or the last one standing).
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ class LocalSubscription:
     state: State | None = None
     phase: Phase = Phase.LIVE
     nonce: str = ""
+    requested: bool = False
+    """The current request went out (a keeper was in sight)."""
     asked_at: float = 0.0
     s0: dict[Key, Row] | None = None
     buffer: list[tuple[Value, ...]] = field(default_factory=list)
@@ -152,7 +157,7 @@ class FlowEngine:
     """One member's flows over every group of ``graph`` (see the module docstring)."""
 
     def __init__(self, graph: FlowGraph, name: str, me: int, *, keeper: bool = False,
-                 retry_after: float = 2.0, keeper_solo_after: float = 3.0) -> None:
+                 retry_after: float = 2.0, keeper_solo_after: float = 1.0) -> None:
         graph.validate()
         self.graph, self.name, self.me, self.keeper = graph, name, me, keeper
         self.retry_after, self.keeper_solo_after = retry_after, keeper_solo_after
@@ -262,21 +267,25 @@ class FlowEngine:
             return self._on_events(state, message, len(payload))
         if isinstance(message, wire.Sub):
             self._on_sub(state, sender, message)
-            return []
+            return self._send_pending(state, now) if message.keeper else []
         if isinstance(message, wire.Request):
             return self._on_request(state, sender, message, now)
         return self._on_answer(message, len(payload))
 
     def tick(self, now: float) -> list[Output]:
-        """Ask again where an answer is overdue; a lone keeper starts alone."""
+        """Send requests that waited for a keeper, ask again where an answer is
+        overdue, and let a keeper that sees no other keeper start alone."""
         out: list[Output] = []
         for sub in self.subs.values():
-            if sub.phase is Phase.LIVE or now - sub.asked_at < self.retry_after:
+            if sub.phase is Phase.LIVE:
                 continue
-            if sub.keeper and sub.phase is Phase.BUFFERING and now - sub.asked_at >= self.keeper_solo_after \
-                    and not self._other_keepers(self.groups[sub.group]):
-                out += self._go_live(sub, dict(sub.s0 or {}))
-            else:
+            others = self._other_keepers(self.groups[sub.group])
+            if not sub.requested:
+                if others:
+                    out += self._ask(sub, now)
+                elif sub.keeper and now - sub.asked_at >= self.keeper_solo_after:
+                    out += self._go_live(sub, dict(sub.s0 or {}))  # the first keeper, or the last one standing
+            elif now - sub.asked_at >= self.retry_after:
                 out += self._ask(sub, now)
         return out
 
@@ -378,12 +387,26 @@ class FlowEngine:
     # --- internals: transfer and catch-up ------------------------------------------------------
 
     def _ask(self, sub: LocalSubscription, now: float) -> list[Output]:
+        """Multicast a request (its place in the total order is the cut) if some
+        keeper can answer it; otherwise wait for one. A keeper that sees no
+        other keeper buffers from now on, to start alone if none appears."""
         self._counter += 1
-        sub.nonce, sub.asked_at, sub.phase = f"{self.me}:{self._counter}", now, Phase.WAITING_CUT
-        sub.buffer = []
+        sub.nonce, sub.asked_at, sub.buffer = f"{self.me}:{self._counter}", now, []
+        if not self._other_keepers(self.groups[sub.group]):
+            sub.requested = False
+            sub.phase = Phase.BUFFERING if sub.keeper else Phase.WAITING_CUT
+            return []
+        sub.requested, sub.phase = True, Phase.WAITING_CUT
         s0 = None if sub.s0 is None else tuple(sorted(sub.s0.items()))
         request = wire.Request(sub.nonce, sub.compiled.space, sub.compiled.text, s0)
         return [Multicast(sub.group, wire.encode(request))]
+
+    def _send_pending(self, group: _Group, now: float) -> list[Output]:
+        out: list[Output] = []
+        for sub in self.subs.values():
+            if sub.group == group.name and sub.phase is not Phase.LIVE and not sub.requested:
+                out += self._ask(sub, now)
+        return out
 
     def _other_keepers(self, group: _Group) -> list[int]:
         return sorted(m for m, s in group.peers.items() if s.keeper and m in group.view and m != self.me)
@@ -424,11 +447,8 @@ class FlowEngine:
 
     def _at_own_cut(self, group: _Group, request: wire.Request) -> list[Output]:
         sub = next((s for s in self.subs.values() if s.nonce == request.nonce), None)
-        if sub is None or sub.phase is not Phase.WAITING_CUT:
-            return []
-        sub.phase = Phase.BUFFERING
-        if group.view == (self.me,):
-            return self._go_live(sub, dict(sub.s0 or {}))  # alone in the group: nothing happened without us
+        if sub is not None and sub.phase is Phase.WAITING_CUT:
+            sub.phase = Phase.BUFFERING  # from here on, events are after the cut
         return []
 
     def _on_answer(self, answer: wire.Snapshot | wire.Expansion | wire.Sub | wire.Events | wire.Request,
