@@ -135,7 +135,7 @@ def test_the_matcher_shares_equal_predicates() -> None:
         for path in compile_subscription(graph, "trades", f'name = "NAS:X{i % 3}" & volume > 10').paths:
             if path.root == "NYSE":
                 matcher.add(path, f"s{i}")
-    assert len(matcher.entries) == 3 and matcher.memo.distinct_nodes < matcher.nodes_total
+    assert len(matcher.entries) == 3 and matcher.distinct_nodes < matcher.nodes_total
     got = matcher.match(("x1", 1.0, 100.0))
     assert sorted(label for label, _ in got) == ["s1", "s4", "s7"]
 

@@ -18,8 +18,8 @@ predicate over state values stays a filter on rows (``residual``).
 
 Fan-in: a space reached by several paths gets one copy per path, as in the
 original graph. Common subexpressions are shared by ``Matcher``: equal
-predicates (structurally: AST nodes hash by structure) are one slot, evaluated
-once per event, as are their equal subexpressions (``evaluate.Memo``).
+``(S, T)`` pairs (AST nodes hash by structure) are one entry, and equality
+tests on a field are shared through an index on its values.
 
 ``run_original`` interprets the graph arc by arc: the reference the
 property tests compare compiled paths with.
@@ -27,13 +27,13 @@ property tests compare compiled paths with.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
-from .evaluate import EvalError, Memo, compile_predicate
+from .evaluate import Env, EvalError, compile_predicate
 from .graph import Arc, FlowGraph, History, StateSpace
 from .rules import Transform, conjoin, r1_select_before_transform, r3_compose, substitute
-from .syntax import TRUE, Binary, Call, FlowError, Name, Node, Unary, Value, names_in, parse_expression, render
+from .syntax import TRUE, Binary, Call, Const, FlowError, Name, Node, Unary, Value, names_in, parse_expression, render
 from .schema import TypeEnv, check_predicate
 
 
@@ -150,23 +150,37 @@ def split_by_keys(node: Node, keys: set[str]) -> tuple[Node, Node]:
 # --- the matching engine ---------------------------------------------------------------
 
 
-@dataclass(slots=True)
 class Matcher:
     """All compiled paths of one root: match an event once, get every target's copy.
 
-    Equal ``(S, T)`` pairs are one entry; equal predicates and their equal
-    subexpressions are one slot of the ``Memo``."""
+    Sharing, as Gryphon's matching tree does: equal ``(S, T)`` pairs are one
+    entry whatever the number of subscribers; a predicate anchored on an
+    equality (``issue = "IBM" & ...``, or a disjunction of such) is filed
+    under that value, so one dictionary lookup per field replaces the
+    equality tests of every predicate anchored on it, and only the entries
+    filed under the event's values (and the unanchored ones) are evaluated.
+    (``evaluate.Memo`` shares every subexpression instead; under CPython its
+    bookkeeping cost more than it saved: docs/flows.md.)"""
 
-    graph: FlowGraph
-    root: str
-    memo: Memo = field(init=False)
-    entries: dict[tuple[Node, Transform], list[str]] = field(default_factory=dict)
-    _order: list[tuple[Node, Transform]] = field(default_factory=list)
-    _apply: list = field(default_factory=list)  # type: ignore[type-arg]
-    nodes_total: int = 0
+    def __init__(self, graph: FlowGraph, root: str) -> None:
+        space = graph.spaces[root]
+        if not isinstance(space, History):
+            raise FlowError(f"flows: {root!r} is not an event history")
+        self.graph, self.root, self.names = graph, root, space.schema.names
+        self.entries: dict[tuple[Node, Transform], list[str]] = {}
+        self._keys: list[tuple[Node, Transform]] = []
+        self._predicates: list[Callable[[Env], bool]] = []
+        self._apply: list[Callable[[Env], tuple[Value, ...]] | None] = []
+        """None: the identity (the event itself)."""
+        self._index: dict[str, dict[Value, list[int]]] = {}
+        self._always: list[int] = []
+        self._subtrees: set[Node] = set()
+        self.nodes_total = 0
 
-    def __post_init__(self) -> None:
-        self.memo = Memo(self.graph.functions)
+    @property
+    def distinct_nodes(self) -> int:
+        """Distinct subexpressions over all entries (equal ones counted once)."""
+        return len(self._subtrees)
 
     def add(self, path: CompiledPath, label: str) -> None:
         if path.root != self.root:
@@ -176,26 +190,75 @@ class Matcher:
         if key in self.entries:
             self.entries[key].append(label)
             return
+        _collect(path.predicate, self._subtrees)
+        index = len(self._keys)
         self.entries[key] = [label]
-        self._order.append(key)
-        self.memo.add(path.predicate)
-        self._apply.append(path.transform.compiled(self.graph.functions))
+        self._keys.append(key)
+        self._predicates.append(compile_predicate(path.predicate, self.graph.functions))
+        self._apply.append(None if path.transform.is_identity else path.transform.compiled(self.graph.functions))
+        anchor = _anchor(path.predicate, set(self.names))
+        if anchor is None:
+            self._always.append(index)
+        else:
+            field_name, values = anchor
+            by_value = self._index.setdefault(field_name, {})
+            for value in values:
+                by_value.setdefault(value, []).append(index)
+
+    def _candidates(self, env: Env) -> list[int]:
+        found = list(self._always)
+        for field_name, by_value in self._index.items():
+            found += by_value.get(env[field_name], ())
+        return sorted(set(found)) if self._index else found
 
     def match(self, event: Sequence[Value]) -> list[tuple[str, tuple[Value, ...]]]:
         """(label, transformed event) for every entry whose S holds and whose T is defined."""
-        env = dict(zip(self.graph.spaces[self.root].schema.names, event))  # type: ignore[union-attr]
+        env = dict(zip(self.names, event))
         out: list[tuple[str, tuple[Value, ...]]] = []
-        for index in self.memo.match(env):
+        for index in self._candidates(env):
+            if not self._predicates[index](env):
+                continue
+            apply = self._apply[index]
             try:
-                value = self._apply[index](env)
+                value = tuple(event) if apply is None else apply(env)
             except EvalError:
                 continue
-            out += [(label, value) for label in self.entries[self._order[index]]]
+            out += [(label, value) for label in self.entries[self._keys[index]]]
         return out
 
     def any_match(self, event: Sequence[Value]) -> bool:
-        env = dict(zip(self.graph.spaces[self.root].schema.names, event))  # type: ignore[union-attr]
-        return bool(self.memo.match(env))
+        env = dict(zip(self.names, event))
+        return any(self._predicates[i](env) for i in self._candidates(env))
+
+
+def _anchor(predicate: Node, fields: set[str]) -> tuple[str, list[Value]] | None:
+    """(field, values) such that the predicate can hold only where the field
+    has one of the values: a conjunct ``f = c``, or a disjunction of them."""
+    if isinstance(predicate, Binary) and predicate.op == "&":
+        return _anchor(predicate.left, fields) or _anchor(predicate.right, fields)
+    if isinstance(predicate, Binary) and predicate.op == "|":
+        left, right = _anchor(predicate.left, fields), _anchor(predicate.right, fields)
+        if left and right and left[0] == right[0]:
+            return left[0], left[1] + right[1]
+        return None
+    if isinstance(predicate, Binary) and predicate.op == "=":
+        for name, const in ((predicate.left, predicate.right), (predicate.right, predicate.left)):
+            if isinstance(name, Name) and name.name in fields and isinstance(const, Const) \
+                    and not isinstance(const.value, float):
+                return name.name, [const.value]
+    return None
+
+
+def _collect(node: Node, seen: set[Node]) -> None:
+    seen.add(node)
+    if isinstance(node, Unary):
+        _collect(node.operand, seen)
+    elif isinstance(node, Binary):
+        _collect(node.left, seen)
+        _collect(node.right, seen)
+    elif isinstance(node, Call):
+        for arg in node.args:
+            _collect(arg, seen)
 
 
 def _size(node: Node) -> int:
