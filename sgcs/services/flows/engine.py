@@ -266,8 +266,12 @@ class FlowEngine:
         if isinstance(message, wire.Events):
             return self._on_events(state, message, len(payload))
         if isinstance(message, wire.Sub):
+            newcomer = sender != self.me and sender not in state.peers
             self._on_sub(state, sender, message)
-            return self._send_pending(state, now) if message.keeper else []
+            out = self._send_pending(state, now) if message.keeper else []
+            # A member we did not know may have missed our announcement (it joined
+            # without a view change we saw, e.g. leaving and coming back at once).
+            return out + [self.announce(group)] if newcomer else out
         if isinstance(message, wire.Request):
             return self._on_request(state, sender, message, now)
         return self._on_answer(message, len(payload))
