@@ -23,7 +23,9 @@ named phases:
 ``BUFFERING``    our request was delivered: that place in the total order is
                  the cut. Events delivered after it are buffered. The keeper
                  with the lowest id answers with the rows it held at the cut
-                 (every keeper holds the same rows there: total order);
+                 (every keeper holds the same rows there: total order). An
+                 answer may overtake our own delivery of the request; it is
+                 kept until our cut;
 ``LIVE``         the answer is installed, the buffer applied, and every later
                  event applied as it comes: no gap, no duplicate.
 
@@ -116,6 +118,8 @@ class LocalSubscription:
     nonce: str = ""
     requested: bool = False
     """The current request went out (a keeper was in sight)."""
+    early: tuple[wire.Snapshot | wire.Expansion, int] | None = None
+    """An answer that came before our own request was delivered to us."""
     asked_at: float = 0.0
     s0: dict[Key, Row] | None = None
     buffer: list[tuple[Value, ...]] = field(default_factory=list)
@@ -395,7 +399,7 @@ class FlowEngine:
         keeper can answer it; otherwise wait for one. A keeper that sees no
         other keeper buffers from now on, to start alone if none appears."""
         self._counter += 1
-        sub.nonce, sub.asked_at, sub.buffer = f"{self.me}:{self._counter}", now, []
+        sub.nonce, sub.asked_at, sub.buffer, sub.early = f"{self.me}:{self._counter}", now, [], None
         if not self._other_keepers(self.groups[sub.group]):
             sub.requested = False
             sub.phase = Phase.BUFFERING if sub.keeper else Phase.WAITING_CUT
@@ -451,17 +455,27 @@ class FlowEngine:
 
     def _at_own_cut(self, group: _Group, request: wire.Request) -> list[Output]:
         sub = next((s for s in self.subs.values() if s.nonce == request.nonce), None)
-        if sub is not None and sub.phase is Phase.WAITING_CUT:
-            sub.phase = Phase.BUFFERING  # from here on, events are after the cut
-        return []
+        if sub is None or sub.phase is not Phase.WAITING_CUT:
+            return []
+        sub.phase = Phase.BUFFERING  # from here on, events are after the cut
+        early, sub.early = sub.early, None
+        return self._install(sub, *early) if early is not None else []
 
-    def _on_answer(self, answer: wire.Snapshot | wire.Expansion | wire.Sub | wire.Events | wire.Request,
-                   size: int) -> list[Output]:
+    def _on_answer(self, answer: wire.Message, size: int) -> list[Output]:
         if not isinstance(answer, (wire.Snapshot, wire.Expansion)):
             return []
         sub = next((s for s in self.subs.values() if s.nonce == answer.nonce), None)
-        if sub is None or sub.phase is not Phase.BUFFERING or sub.state is None:
-            return []  # late, or a second keeper's identical answer
+        if sub is None or sub.state is None:
+            return []  # late: a request we asked again since
+        if sub.phase is Phase.WAITING_CUT:
+            sub.early = (answer, size)  # the keeper delivered our request before we did: keep it for our cut
+            return []
+        if sub.phase is not Phase.BUFFERING:
+            return []  # a second keeper's identical answer
+        return self._install(sub, answer, size)
+
+    def _install(self, sub: LocalSubscription, answer: wire.Snapshot | wire.Expansion, size: int) -> list[Output]:
+        assert sub.state is not None
         schema = sub.state.collapse
         try:
             if isinstance(answer, wire.Snapshot):
