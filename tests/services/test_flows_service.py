@@ -202,3 +202,24 @@ def test_phases_have_names() -> None:
     with pytest.raises(sgcs.UsageError, match="not a root space"):
         from sgcs.services.flows.engine import FlowEngine
         FlowEngine(FlowGraph.from_toml(GRAPH), "x", 1).publish("prices", [])
+
+
+def test_the_blocking_facade(tmp_path: Path) -> None:
+    from sgcs.services.flows.blocking import open_blocking_flows
+    net, graph = network(), FlowGraph.from_toml(GRAPH)
+    with open_blocking_flows(config("keeper", net), graph, keeper=True) as keeper, \
+            open_blocking_flows(config("sub", net), graph, store=tmp_path / "sub.db") as sub:
+        prices = sub.subscribe("prices", 'issue = "IBM"', durable=True)
+        everything = sub.subscribe("quotes", 'price > 150')
+        prices.wait_ready(WAIT)
+        keeper.publish("quotes", [("IBM", 160.0, 1.0), ("IBM", 140.0, 1.0), ("HP", 200.0, 1.0)])
+        assert everything.receive(WAIT) == ("IBM", 160.0, 1.0)
+        assert everything.receive(WAIT) == ("HP", 200.0, 1.0)
+        import time
+        deadline = time.monotonic() + WAIT
+        while prices.rows() != {("IBM",): (160.0, 140.0)} and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert prices.rows() == {("IBM",): (160.0, 140.0)}
+        assert keeper.statistics().events_published == 3
+        with pytest.raises(sgcs.UsageError, match="not a root space"):
+            keeper.publish("prices", [])
