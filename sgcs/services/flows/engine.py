@@ -161,10 +161,13 @@ class FlowEngine:
     """One member's flows over every group of ``graph`` (see the module docstring)."""
 
     def __init__(self, graph: FlowGraph, name: str, me: int, *, keeper: bool = False,
-                 retry_after: float = 2.0, keeper_solo_after: float = 1.0) -> None:
+                 retry_after: float = 2.0, keeper_solo_after: float = 1.0, payload_max: int = 1_200) -> None:
         graph.validate()
         self.graph, self.name, self.me, self.keeper = graph, name, me, keeper
         self.retry_after, self.keeper_solo_after = retry_after, keeper_solo_after
+        self.payload_max = payload_max
+        """Bytes of events per multicast at most (one sgcs record: ``Config.max_datagram`` is 1,400);
+        multicasts of several records did not reach other processes in our runs (docs/flows.md)."""
         self.fingerprint = graph.fingerprint()
         self.groups = {g: _Group(g, roots) for g, roots in graph.root_groups().items()}
         self._group_of_root = {r: g for g, roots in graph.root_groups().items() for r in roots}
@@ -235,12 +238,12 @@ class FlowEngine:
                 full = wire.encoded_events_size(root, checked)
                 self._count["bytes_saved_at_publisher"] += (full - (wire.encoded_events_size(root, kept)
                                                                     if kept else 0)) * others
-        if not kept:
-            return []
-        payload = wire.encode(wire.Events(root, tuple(kept)))
+        out: list[Output] = []
+        for payload in wire.encode_events(root, kept, self.payload_max):
+            self._count["bytes_sent"] += len(payload)
+            out.append(Multicast(group.name, payload))
         self._count["events_sent"] += len(kept)
-        self._count["bytes_sent"] += len(payload)
-        return [Multicast(group.name, payload)]
+        return out
 
     def announce(self, group: str) -> Multicast:
         subs = tuple((s.compiled.space, s.compiled.text) for s in self.subs.values() if s.group == group)

@@ -92,6 +92,22 @@ def encode(message: Message) -> bytes:
     return TAG + json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def encode_events(root: str, events: list[tuple[Any, ...]], payload_max: int) -> list[bytes]:
+    """``events`` as ``Events`` messages of at most ``payload_max`` bytes each
+    (one event alone may exceed it), in order."""
+    payloads: list[bytes] = []
+    start, size = 0, len(encode(Events(root, ())))
+    for index, event in enumerate(events):
+        width = len(json.dumps(list(event), separators=(",", ":"), ensure_ascii=False).encode()) + 1
+        if index > start and size + width > payload_max:
+            payloads.append(encode(Events(root, tuple(events[start:index]))))
+            start, size = index, len(encode(Events(root, ())))
+        size += width
+    if start < len(events):
+        payloads.append(encode(Events(root, tuple(events[start:]))))
+    return payloads
+
+
 def encoded_events_size(root: str, events: list[tuple[Any, ...]]) -> int:
     return len(encode(Events(root, tuple(events))))
 
