@@ -1,7 +1,7 @@
 """Catch-up with real processes (issue 19, acceptance): a durable subscriber to
 50 issues leaves, 10,000 events are published, and it comes back.
 
-    PYTHONPATH=. SGCS_PURE_PYTHON=1 python benchmarks/flows_processes.py [--events 10000]
+    PYTHONPATH=. SGCS_PURE_PYTHON=1 python benchmarks/flows_processes.py [--events 10000] [--payload-max 1200]
 
 This process is the keeper and the publisher. Two child processes subscribe
 to ``prices`` for issues I000-I049: "stay" never leaves; "away" is durable
@@ -87,7 +87,7 @@ def load(path: Path) -> dict[str, object]:
     return data  # type: ignore[no-any-return]
 
 
-async def parent(events: int, batch: int) -> None:
+async def parent(events: int, batch: int, payload_max: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -96,7 +96,7 @@ async def parent(events: int, batch: int) -> None:
                               "multicast_port": port}
     work = Path(tempfile.mkdtemp(prefix="flows-processes-"))
     graph = FlowGraph.from_toml(GRAPH)
-    async with sgcs.open_node(config("keeper", net)) as node, open_flows(node, graph, keeper=True) as keeper:
+    async with sgcs.open_node(config("keeper", net)) as node, open_flows(node, graph, keeper=True, payload_max=payload_max) as keeper:
         with trio.fail_after(30):
             await keeper.kept("prices").ready()
         stay, away = spawn("stay", work, net), spawn("away", work, net)
@@ -139,6 +139,8 @@ async def parent(events: int, batch: int) -> None:
     print(f"catch-up: {counters['catchup_events']} events, {counters['catchup_bytes']:,} bytes for {len(changed)} changed"
           f" issues (at most 2 per issue: {counters['catchup_events'] <= 2 * len(changed)}); replaying its part of the"
           f" backlog: {len(mine)} events, {replay:,} bytes ({replay / max(1, counters['catchup_bytes']):.0f}x)")  # type: ignore[index,operator]
+    print(f"rows: {len(after)} after the return, {len(stayed['rows'])} at the subscriber that stayed "  # type: ignore[arg-type]
+          f"(events it received live: {stayed['counters']['delivered']})")  # type: ignore[index]
     print(f"state equals the subscriber that stayed: {back['rows'] == stayed['rows']}; maxima never went back: "
           f"{all(after[k][0] >= before[k][0] for k in before)}")
 
@@ -147,6 +149,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=250)
+    parser.add_argument("--payload-max", type=int, default=1_200, help="bytes of events per multicast at most")
     parser.add_argument("--child")
     parser.add_argument("--work")
     parser.add_argument("--net")
@@ -154,7 +157,7 @@ def main() -> None:
     if args.child:
         trio.run(child, args.child, Path(args.work), json.loads(args.net))
     else:
-        trio.run(parent, args.events, args.batch)
+        trio.run(parent, args.events, args.batch, args.payload_max)
 
 
 if __name__ == "__main__":

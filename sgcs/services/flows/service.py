@@ -202,15 +202,17 @@ class FlowService:
 @asynccontextmanager
 async def open_flows(node: sgcs.NodeHandle, graph: FlowGraph, *, name: str | None = None,
                      store: str | os.PathLike[str] | None = None, keeper: bool = False,
-                     retry_after: float = 2.0) -> AsyncIterator[FlowService]:
+                     retry_after: float = 2.0, payload_max: int = 1_200) -> AsyncIterator[FlowService]:
     """Run this node's flows over ``graph`` for the block.
 
     ``name``: the member's durable name (default: the node's name).
     ``store``: the SQLite file of durable subscriptions (and of a keeper's states).
     ``keeper``: keep every state of the graph in full and answer state
-    transfers and catch-ups (at least one member should)."""
+    transfers and catch-ups (at least one member should).
+    ``payload_max``: bytes of events per multicast at most (docs/flows.md, Limits)."""
     db = FlowStore(store) if store is not None else None
-    engine = FlowEngine(graph, name or node.name, node.id, keeper=keeper, retry_after=retry_after)
+    engine = FlowEngine(graph, name or node.name, node.id, keeper=keeper, retry_after=retry_after,
+                        payload_max=payload_max)
     service = FlowService(node, engine, db)
     try:
         async with AsyncExitStack() as stack:
