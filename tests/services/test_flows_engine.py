@@ -195,3 +195,17 @@ def test_publisher_side_filtering_withholds_only_unwanted_events(events: list[tu
     assert (stats.bytes_saved_at_publisher > 0) == (stats.events_filtered_at_publisher > 0)
     assert subscriber.on_delivery(group, 1, b"F1{not json", 0.0) == [] and subscriber.statistics().garbage == 1
     assert wire.decode_untrusted(announce.payload).name == "sub"  # type: ignore[union-attr]
+
+
+def test_hostile_subscriptions_from_a_peer_are_counted_not_fatal() -> None:
+    engine = FlowEngine(GRAPH, "pub", 1)
+    deep = "(" * 3_000 + "true" + ")" * 3_000
+    hostile = [wire.Sub("evil", GRAPH.fingerprint(), False, (("quotes", deep[:4_000]),)),
+               wire.Sub("evil", GRAPH.fingerprint(), False, (("nowhere", "true"), ("quotes", "price <"))),
+               wire.Sub("evil", "another graph", True, ())]
+    for message in hostile:
+        assert engine.on_delivery(GROUP, 9, wire.encode(message), 0.0) in ([], [engine.announce(GROUP)])
+    assert engine.statistics().garbage == 4
+    assert engine.on_delivery(GROUP, 9, b"F1" + b'{"t":"ev","root":"quotes","events":[["A",' + b"9" * 400 + b',1.0]]}',
+                              0.0) == []
+    assert engine.statistics().garbage == 5  # a price too large for a float

@@ -150,3 +150,24 @@ def test_an_undefined_predicate_is_false_and_memo_shares_subexpressions() -> Non
         memo.add(parse_expression(f"({shared}) & {extra}"))
     assert memo.distinct_nodes == 1 + 2 + 2 + 1 + 1  # the shared conjunction and its 2 leaves once
     assert memo.match({"issue": "IBM", "price": 100.0, "capital": 1.5}) == [0, 2]
+
+
+def test_hostile_texts_are_one_line_errors_not_crashes() -> None:
+    with pytest.raises(FlowError, match="nests deeper than 64 levels"):
+        parse_expression("(" * 5_000 + "1" + ")" * 5_000)
+    with pytest.raises(FlowError, match="nests deeper than 64 levels"):
+        parse_expression(" + ".join(["price"] * 3_000))
+    assert evaluate(parse_expression("!" * 3 + "true"), {}) is False  # a run of '!' is a loop, not recursion
+    assert evaluate(parse_expression("-" * 4 + "2"), {}) == 2
+    with pytest.raises(FlowError, match="expected"):
+        Transform.parse(QUOTES, TRADES, "[i, p, c] -> [")
+    with pytest.raises(FlowError, match="too large for a float"):
+        QUOTES.event(("IBM", 10 ** 400, 1.0))
+
+
+def test_overflow_is_undefined() -> None:
+    ints = EventSchema.of("a: int, b: float")
+    transform = Transform.parse(ints, EventSchema.of("x: float"), "[a, b] -> [a * a]")
+    with pytest.raises(EvalError):
+        transform.compiled()({"a": 10 ** 200, "b": 1.0})
+    assert compile_predicate(parse_expression("a * a / b > 1"))({"a": 10 ** 200, "b": 1.0}) is False  # int/float overflows

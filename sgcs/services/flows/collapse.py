@@ -152,7 +152,7 @@ class Collapse:
             if rule.guard(env):
                 try:
                     return rule.values(env)
-                except EvalError:
+                except (EvalError, OverflowError):
                     return None  # an undefined result changes nothing
         return None
 

@@ -86,7 +86,7 @@ def compile_predicate(node: Node, functions: Functions = DEFAULT_FUNCTIONS) -> C
     def predicate(env: Env) -> bool:
         try:
             return bool(inner(env))
-        except EvalError:
+        except (EvalError, OverflowError):  # an int too large to compare with a float is undefined too
             return False
     return predicate
 

@@ -167,9 +167,12 @@ class Transform:
         floats = [kind == "float" for _, kind in self.target.fields]
 
         def apply(env: Env) -> tuple[Value, ...]:
-            for check in checks:
-                check(env)
-            return tuple(float(o(env)) if f else o(env) for o, f in zip(outputs, floats))  # type: ignore[arg-type]
+            try:
+                for check in checks:
+                    check(env)
+                return tuple(float(o(env)) if f else o(env) for o, f in zip(outputs, floats))  # type: ignore[arg-type]
+            except OverflowError:
+                raise EvalError("a number too large for a float") from None
         return apply
 
 

@@ -59,7 +59,10 @@ def check_value(kind: str, value: object, where: str) -> Value:
     if not isinstance(value, _PY_TYPES[kind]):
         raise FlowError(f"flows: {where} must be {kind}, got {type(value).__name__}")
     if kind == "float":
-        number = float(value)  # type: ignore[arg-type]
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except OverflowError:
+            raise FlowError(f"flows: {where} is too large for a float") from None
         if not math.isfinite(number):
             raise FlowError(f"flows: {where} must be a finite number")
         return number

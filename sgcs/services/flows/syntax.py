@@ -214,6 +214,7 @@ class Parser:
         self.text = text
         self.tokens = tokenize(text)
         self.at = 0
+        self.depth = 0
 
     # tokens
     def peek(self) -> Token:
@@ -255,7 +256,13 @@ class Parser:
 
     # expressions, lowest precedence first
     def expression(self, arithmetic_only: bool = False) -> Node:
-        return self.sum() if arithmetic_only else self.disjunction()
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(f"expression nests deeper than {MAX_DEPTH} levels")
+        try:
+            return self.sum() if arithmetic_only else self.disjunction()
+        finally:
+            self.depth -= 1
 
     def disjunction(self) -> Node:
         node = self.conjunction()
@@ -272,11 +279,14 @@ class Parser:
         return node
 
     def negation(self) -> Node:
-        token = self.peek()
-        if token.kind == "sym" and token.text == "!":
+        token, count = self.peek(), 0
+        while token.kind == "sym" and token.text == "!":  # a loop, not recursion: "!!!!...x" from a peer
             self.take()
-            return Unary("!", self.negation(), token.pos)
-        return self.comparison()
+            count, token = count + 1, self.peek()
+        node = self.comparison()
+        for _ in range(count):
+            node = Unary("!", node, token.pos)
+        return node
 
     def comparison(self) -> Node:
         node = self.sum()
@@ -301,11 +311,14 @@ class Parser:
         return node
 
     def unary(self) -> Node:
-        token = self.peek()
-        if token.kind == "sym" and token.text == "-":
+        token, count = self.peek(), 0
+        while token.kind == "sym" and token.text == "-":
             self.take()
-            return Unary("-", self.unary(), token.pos)
-        return self.atom()
+            count, token = count + 1, self.peek()
+        node = self.atom()
+        for _ in range(count):
+            node = Unary("-", node, token.pos)
+        return node
 
     def atom(self) -> Node:
         token = self.peek()
@@ -374,7 +387,7 @@ class Parser:
         self.expect("[")
         outputs: list[tuple[str | None, Node]] = []
         while True:
-            token, after = self.peek(), self.tokens[self.at + 1]
+            token, after = self.peek(), self.tokens[min(self.at + 1, len(self.tokens) - 1)]
             if token.kind == "name" and after.kind == "sym" and after.text == ":":
                 self.at += 2
                 outputs.append((token.text, self.expression()))
@@ -385,11 +398,32 @@ class Parser:
             self.expect(",")
 
 
+MAX_DEPTH = 64
+"""Nesting of an expression at most: texts come from peers too, and the
+parser, the checker and the evaluator recurse over the tree."""
+
+
 def parse_expression(text: str) -> Node:
     """A predicate or value expression: ``issue = "IBM" & price < 120``."""
     parser = Parser(text)
     node = parser.expression()
     parser.finish()
+    return check_depth(node, text)
+
+
+def check_depth(node: Node, text: str) -> Node:
+    """``node``, or FlowError if it nests deeper than ``MAX_DEPTH`` (iteratively: no recursion)."""
+    stack: list[tuple[Node, int]] = [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise error_at(f"expression nests deeper than {MAX_DEPTH} levels", text, getattr(current, "pos", 0))
+        if isinstance(current, Unary):
+            stack.append((current.operand, depth + 1))
+        elif isinstance(current, Binary):
+            stack += [(current.left, depth + 1), (current.right, depth + 1)]
+        elif isinstance(current, Call):
+            stack += [(a, depth + 1) for a in current.args]
     return node
 
 
@@ -400,6 +434,8 @@ def parse_transform(text: str) -> TransformRule:
     parser.expect("->")
     outputs = parser.transform_outputs()
     parser.finish()
+    for _, node in outputs:
+        check_depth(node, text)
     return TransformRule(pattern, outputs, text)
 
 
@@ -420,6 +456,8 @@ def parse_collapse(text: str) -> CollapseRule:
     parser.expect("->")
     keys, values = parser.state_output()
     parser.finish()
+    for node in (guard, *keys, *values):
+        check_depth(node, text)
     return CollapseRule(event, state, guard, keys, values, text)
 
 
