@@ -209,3 +209,62 @@ def test_hostile_subscriptions_from_a_peer_are_counted_not_fatal() -> None:
     assert engine.on_delivery(GROUP, 9, b"F1" + b'{"t":"ev","root":"quotes","events":[["A",' + b"9" * 400 + b',1.0]]}',
                               0.0) == []
     assert engine.statistics().garbage == 5  # a price too large for a float
+
+
+EXPANDING = FlowGraph.from_toml("""
+name = "sim"
+[spaces.quotes]
+fields = "issue: str, price: float, volume: float"
+[spaces.prices]
+key = "issue: str"
+values = "maxPrice: float, curPrice: float"
+[spaces.changes]
+fields = "issue: str, price: float, volume: float"
+[spaces.alarms]
+fields = "issue: str, price: float, volume: float"
+[[arcs]]
+from = "quotes"
+to = "prices"
+collapse = ["[i,p,v] -> <i: p, p>",
+            "[i,p,v], <i: maxP, curP>, p > maxP -> <i: p, p>",
+            "[i,p,v], <i: maxP, curP>, p <= maxP -> <i: maxP, p>"]
+[[arcs]]
+from = "prices"
+to = "changes"
+expand = true
+[[arcs]]
+from = "changes"
+to = "alarms"
+select = "price > 5"
+""")
+
+
+@settings(max_examples=40, deadline=None)
+@given(events=st.lists(quotes, min_size=1, max_size=30))
+def test_an_expand_arc_runs_at_every_subscriber(events: list[tuple[str, float, float]]) -> None:
+    from sgcs.services.flows import Expander, State
+    bus = Bus()
+    keeper, publisher = FlowEngine(EXPANDING, "keeper", 1, keeper=True), FlowEngine(EXPANDING, "pub", 2)
+    bus.join(keeper)
+    bus.run(1, keeper.subscribe_keeper(0.0))
+    bus.run(1, keeper.tick(5.0))
+    bus.join(publisher)
+    subscriber = FlowEngine(EXPANDING, "alarmed", 3)
+    bus.join(subscriber)
+    sub_id, out = subscriber.subscribe("alarms")
+    bus.run(3, out)
+    bus.settle()
+    assert all(s.phase is Phase.LIVE for s in subscriber.subs.values())
+    assert EXPANDING.publishable_roots() == ["quotes"]
+    bus.run(2, publisher.publish("quotes", events))
+    bus.settle()
+    collapse = EXPANDING.collapse_of("prices")
+    assert collapse is not None
+    state, expander, expected = State(collapse), Expander(collapse), []
+    for event in events:
+        key = collapse.key_of(event)
+        before = state.rows.get(key)
+        if state.apply(event) is not None:
+            found, _, _, _ = expander.expand_key(key, before, state.rows[key])
+            expected += [e for e in found if e[1] > 5]
+    assert [event for who, event in bus.delivered.get(sub_id, [])] == expected

@@ -120,6 +120,8 @@ class LocalSubscription:
     """The current request went out (a keeper was in sight)."""
     early: tuple[wire.Snapshot | wire.Expansion, int] | None = None
     """An answer that came before our own request was delivered to us."""
+    expands_into: str | None = None
+    """A hidden subscription whose changes, expanded, feed this history."""
     asked_at: float = 0.0
     s0: dict[Key, Row] | None = None
     buffer: list[tuple[Value, ...]] = field(default_factory=list)
@@ -153,6 +155,8 @@ class FlowStatistics:
     events_dropped_at_receiver: int
     bytes_dropped_at_receiver: int
     garbage: int
+    expansions_failed: int
+    """Live state changes an expand arc could not turn into events (none found within the search budget)."""
     answers_sent: int
     answer_bytes_sent: int
 
@@ -171,6 +175,12 @@ class FlowEngine:
         self.fingerprint = graph.fingerprint()
         self.groups = {g: _Group(g, roots) for g, roots in graph.root_groups().items()}
         self._group_of_root = {r: g for g, roots in graph.root_groups().items() for r in roots}
+        for root in graph.roots():  # a history made by an expand travels with the events of its state
+            state = graph.expand_source(root)
+            if state is not None:
+                feeding = {self._group_of_root[p.root] for p in compile_subscription(graph, state).paths}
+                if len(feeding) == 1:
+                    self._group_of_root[root] = feeding.pop()
         self.subs: dict[int, LocalSubscription] = {}
         self._expanders: dict[str, Expander] = {}
         self._compiled: dict[tuple[str, str], Subscription] = {}
@@ -194,13 +204,17 @@ class FlowEngine:
         if not groups:
             raise UsageError(f"flows: no root feeds space {space!r}; nothing could ever arrive")
         (group,) = groups
+        out: list[Output] = []
+        for root in sorted({p.root for p in compiled.paths}):
+            if self.graph.expand_source(root) is not None:
+                out += self._feeder(root, now)
         self._counter += 1
         sub = LocalSubscription(self._counter, compiled, group, durable, keeper)
         self.subs[sub.sub_id] = sub
         for path in compiled.paths:
             matcher = self.groups[group].local_matchers.setdefault(path.root, Matcher(self.graph, path.root))
             matcher.add(path, str(sub.sub_id))
-        out: list[Output] = [self.announce(group)]
+        out.append(self.announce(group))
         if compiled.state is not None:
             collapse = self.graph.collapse_of(compiled.state)
             assert collapse is not None
@@ -208,6 +222,19 @@ class FlowEngine:
             sub.s0 = dict(s0) if s0 is not None else None
             out += self._ask(sub, now)
         return sub.sub_id, out
+
+    def _feeder(self, root: str, now: float) -> list[Output]:
+        """Make sure a hidden subscription holds the state whose changes, expanded,
+        are history ``root``: every member computes that history itself, in the
+        order of the state's events, so no one has to publish it (and no keeper
+        change can duplicate or lose it)."""
+        if any(s.expands_into == root for s in self.subs.values()):
+            return []
+        state = self.graph.expand_source(root)
+        assert state is not None
+        sub_id, out = self.subscribe(state, "true", now=now)
+        self.subs[sub_id].expands_into = root
+        return out
 
     def subscribe_keeper(self, now: float = 0.0, stored: dict[str, dict[Key, Row]] | None = None) -> list[Output]:
         """Keep every state of the graph in full, to answer transfers and catch-ups."""
@@ -221,8 +248,9 @@ class FlowEngine:
     def publish(self, root: str, events: Iterable[Sequence[object]]) -> list[Output]:
         """Checked events of ``root``, filtered at the source when we can."""
         space = self.graph.spaces.get(root)
-        if not isinstance(space, History) or root not in self._group_of_root:
-            raise UsageError(f"flows: {root!r} is not a root space; publish into one of {sorted(self._group_of_root)}")
+        publishable = self.graph.publishable_roots()
+        if not isinstance(space, History) or root not in publishable:
+            raise UsageError(f"flows: {root!r} is not a root space; publish into one of {sorted(publishable)}")
         checked = [space.schema.event(e) for e in events]
         if not checked:
             return []
@@ -389,11 +417,38 @@ class FlowEngine:
             sub.buffer.append(event)
             return []
         sub.delivered += 1
-        changed = sub.state.apply(event)
-        if changed is None or not sub.durable:
+        return self._apply(sub, event)
+
+    def _apply(self, sub: LocalSubscription, event: tuple[Value, ...]) -> list[Output]:
+        """Fold a LIVE state's event in; expand the change if a history is made of it."""
+        assert sub.state is not None
+        key = sub.state.collapse.key_of(event)
+        before = sub.state.rows.get(key)
+        if sub.state.apply(event) is None:
             return []
-        sub.dirty.add(changed)
-        return [Persist(sub.sub_id)]
+        out: list[Output] = []
+        if sub.durable:
+            sub.dirty.add(key)
+            out.append(Persist(sub.sub_id))
+        if sub.expands_into is not None:
+            out += self._expand_change(sub, key, before, sub.state.rows[key])
+        return out
+
+    def _expand_change(self, sub: LocalSubscription, key: Key, before: Row | None, after: Row) -> list[Output]:
+        assert sub.state is not None and sub.expands_into is not None
+        collapse = sub.state.collapse
+        expander = self._expanders.setdefault(sub.compiled.space, Expander(collapse))
+        try:
+            events, _, _, _ = expander.expand_key(key, before, after)
+        except FlowError:
+            self._count["expansions_failed"] += 1
+            return []
+        matcher = self.groups[sub.group].local_matchers.get(sub.expands_into)
+        out: list[Output] = []
+        for event in events if matcher is not None else ():
+            for label, value in matcher.match(event):  # type: ignore[union-attr]
+                out += self._feed(self.subs[int(label)], value)
+        return out
 
     # --- internals: transfer and catch-up ------------------------------------------------------
 
@@ -500,12 +555,12 @@ class FlowEngine:
     def _go_live(self, sub: LocalSubscription, rows: dict[Key, Row]) -> list[Output]:
         assert sub.state is not None
         sub.state.rows = dict(rows)
-        for event in sub.buffer:
-            sub.state.apply(event)
-        sub.delivered += len(sub.buffer)
-        sub.buffer, sub.phase = [], Phase.LIVE
-        sub.dirty |= set(sub.state.rows)
+        buffer, sub.buffer, sub.phase = sub.buffer, [], Phase.LIVE
         out: list[Output] = [Ready(sub.sub_id)]
+        for event in buffer:  # after the cut: as if live (an expanded history starts at the cut)
+            out += [o for o in self._apply(sub, event) if not isinstance(o, Persist)]
+        sub.delivered += len(buffer)
+        sub.dirty |= set(sub.state.rows)
         return out + ([Persist(sub.sub_id)] if sub.durable else [])
 
     def take_dirty(self, sub_id: int) -> dict[Key, Row]:

@@ -112,6 +112,8 @@ class FlowGraph:
         if feeding.source != dst.schema:
             raise FlowError(f"flows: expand {source} -> {target}: {target!r} must have the schema its collapse reads"
                             f" ({feeding.source}), has {dst.schema}")
+        if self.in_arcs(target):
+            raise FlowError(f"flows: expand {source} -> {target}: a history fed by an expand has no other in-arc")
         return self._add(Arc("expand", source, target))
 
     def _new_name(self, name: str) -> str:
@@ -140,6 +142,8 @@ class FlowGraph:
         return space
 
     def _add(self, arc: Arc) -> Arc:
+        if arc.kind != "expand" and self.expand_source(arc.target) is not None:
+            raise FlowError(f"flows: {arc.target!r} is fed by an expand; it has no other in-arc")
         if isinstance(self.spaces[arc.target], StateSpace) and arc.kind != "collapse":
             raise FlowError(f"flows: a state's in-arc must be a collapse, {arc.source} -> {arc.target} is {arc.kind}")
         self.arcs.append(arc)
@@ -160,6 +164,14 @@ class FlowGraph:
         """Histories publishers publish into: no in-arc, or fed by an expand only."""
         return [n for n, s in self.spaces.items() if isinstance(s, History)
                 and all(a.kind == "expand" for a in self.in_arcs(n))]
+
+    def publishable_roots(self) -> list[str]:
+        """Roots publishers publish into (those fed by an expand are computed)."""
+        return [r for r in self.roots() if self.expand_source(r) is None]
+
+    def expand_source(self, history: str) -> str | None:
+        """The state whose changes, expanded, make up ``history`` (None: not fed by an expand)."""
+        return next((a.source for a in self.in_arcs(history) if a.kind == "expand"), None)
 
     def collapse_of(self, state: str) -> Collapse | None:
         return next((a.collapse for a in self.in_arcs(state) if a.kind == "collapse"), None)
@@ -231,7 +243,7 @@ class FlowGraph:
         """group name -> roots it carries. Roots whose events meet in one state
         share a group: a collapse needs one order over all its inputs, and sgcs
         orders messages within a group only."""
-        roots = sorted(self.roots())
+        roots = sorted(self.publishable_roots())
         parent = {r: r for r in roots}
 
         def find(r: str) -> str:
