@@ -268,3 +268,48 @@ def test_an_expand_arc_runs_at_every_subscriber(events: list[tuple[str, float, f
             found, _, _, _ = expander.expand_key(key, before, state.rows[key])
             expected += [e for e in found if e[1] > 5]
     assert [event for who, event in bus.delivered.get(sub_id, [])] == expected
+
+
+def test_when_the_answering_keeper_dies_another_keeper_answers_the_retry() -> None:
+    bus, first_keeper, publisher = start()
+    second = FlowEngine(GRAPH, "keeper2", 3, keeper=True)
+    bus.join(second)
+    bus.run(3, second.subscribe_keeper(0.0))
+    bus.settle()
+    assert all(s.phase is Phase.LIVE for s in second.subs.values())  # a transfer from the first keeper
+    bus.run(2, publisher.publish("quotes", [("A", 3.0, 1.0), ("B", 4.0, 1.0)]))
+    bus.settle()
+    joiner = FlowEngine(GRAPH, "late", 9)
+    bus.join(joiner)
+    sub_id, out = joiner.subscribe("counts")
+    bus.run(9, out)
+    while not joiner.subs[sub_id].requested:  # the joiner learns of the keepers, then asks...
+        assert any([bus.step(m) for m in sorted(bus.members) if not joiner.subs[sub_id].requested])
+    del bus.members[1]  # ... but the first keeper, the one to answer, dies at once
+    bus.log.append(("view", 0, tuple(sorted(bus.members))))
+    bus.settle()
+    assert joiner.subs[sub_id].phase is Phase.BUFFERING  # asked, no answer: keeper2 saw keeper 1 in the view
+    bus.run(2, publisher.publish("quotes", [("A", 5.0, 1.0)]))
+    bus.run(9, joiner.tick(10.0))  # the retry: a new cut, answered by the keeper left
+    bus.settle()
+    kept = next(s for s in second.subs.values() if s.compiled.space == "counts")
+    assert joiner.subs[sub_id].phase is Phase.LIVE and kept.state is not None
+    assert joiner.rows(sub_id) == kept.state.rows
+
+
+def test_a_lone_keeper_starts_from_its_stored_rows_plus_what_it_buffered() -> None:
+    bus = Bus()
+    keeper, publisher = FlowEngine(GRAPH, "keeper", 1, keeper=True), FlowEngine(GRAPH, "pub", 2)
+    bus.join(keeper)
+    bus.join(publisher)
+    stored = {"counts": {("A",): (7, 1.0)}}
+    bus.run(1, keeper.subscribe_keeper(0.0, stored))
+    bus.settle()
+    bus.run(2, publisher.publish("quotes", [("A", 2.0, 1.0), ("B", 3.0, 1.0)]))
+    bus.settle()
+    counts = next(s for s in keeper.subs.values() if s.compiled.space == "counts")
+    assert counts.phase is Phase.BUFFERING  # no other keeper in sight: it waits keeper_solo_after
+    bus.run(1, keeper.tick(0.5))
+    assert counts.phase is Phase.BUFFERING
+    bus.run(1, keeper.tick(1.0))
+    assert counts.phase is Phase.LIVE and keeper.rows(counts.sub_id) == {("A",): (8, 2.0), ("B",): (1, 3.0)}
