@@ -181,6 +181,7 @@ class FlowEngine:
                 feeding = {self._group_of_root[p.root] for p in compile_subscription(graph, state).paths}
                 if len(feeding) == 1:
                     self._group_of_root[root] = feeding.pop()
+        self._publishable = graph.publishable_roots()
         self.subs: dict[int, LocalSubscription] = {}
         self._expanders: dict[str, Expander] = {}
         self._compiled: dict[tuple[str, str], Subscription] = {}
@@ -197,6 +198,9 @@ class FlowEngine:
                   s0: dict[Key, Row] | None = None, now: float = 0.0, keeper: bool = False) -> tuple[int, list[Output]]:
         """Register a subscription; for a state, start its transfer (or catch-up from ``s0``)."""
         compiled = self._compile(space, predicate)
+        unplaced = sorted(p.root for p in compiled.paths if p.root not in self._group_of_root)
+        if unplaced:
+            raise UsageError(f"flows: {unplaced[0]!r} is expanded from a state fed by several groups; not supported")
         groups = {self._group_of_root[p.root] for p in compiled.paths}
         if len(groups) > 1:
             raise UsageError(f"flows: space {space!r} is fed from several groups ({sorted(groups)}); subscribe"
@@ -248,9 +252,8 @@ class FlowEngine:
     def publish(self, root: str, events: Iterable[Sequence[object]]) -> list[Output]:
         """Checked events of ``root``, filtered at the source when we can."""
         space = self.graph.spaces.get(root)
-        publishable = self.graph.publishable_roots()
-        if not isinstance(space, History) or root not in publishable:
-            raise UsageError(f"flows: {root!r} is not a root space; publish into one of {sorted(publishable)}")
+        if not isinstance(space, History) or root not in self._publishable:
+            raise UsageError(f"flows: {root!r} is not a root space; publish into one of {sorted(self._publishable)}")
         checked = [space.schema.event(e) for e in events]
         if not checked:
             return []
