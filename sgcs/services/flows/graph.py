@@ -1,0 +1,323 @@
+"""Information flow graphs: spaces, arcs, validation, TOML.
+
+Theory of operation (Gryphon, "information flow graph"): a graph has
+*information spaces* (event histories and states, each with a schema) and
+*arcs* between them: select, transform, collapse (history -> state) and
+expand (state -> history). A space with several in-arcs merges them (fan-in);
+one with several out-arcs copies its events to each (fan-out). Publishers
+publish into history spaces that have no in-arc (*roots*); subscribers may
+subscribe to any space.
+
+Validation, each failure one line: arcs name known spaces of the right kind
+(select and transform read and write histories, collapse goes history ->
+state, expand state -> history); a select keeps its schema; a transform's
+rule type-checks against both schemas; a state has exactly one in-arc, a
+collapse; an expand writes the schema its state's collapse reads; the graph
+is acyclic.
+
+Order (issue 19, build item 2): ``order_for(root)`` chooses the sgcs order of
+the group that carries a root: a collapse downstream distinguishes the order
+of events per key, and events of one key may come from several publishers;
+sgcs has no per-key order, so that group is TOTAL. Otherwise (selects and
+transforms are per event) FIFO is enough.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Union
+
+from .collapse import Collapse
+from .rules import Select, Transform
+from .schema import DEFAULT_FUNCTIONS, EventSchema, Functions, StateSchema
+from .syntax import FlowError
+
+ArcKind = Literal["select", "transform", "collapse", "expand"]
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    name: str
+    schema: EventSchema
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpace:
+    name: str
+    schema: StateSchema
+
+
+Space = Union[History, StateSpace]
+
+
+@dataclass(frozen=True, slots=True)
+class Arc:
+    kind: ArcKind
+    source: str
+    target: str
+    select: Select | None = None
+    transform: Transform | None = None
+    collapse: Collapse | None = None
+
+
+class FlowGraph:
+    """Spaces and arcs, checked as they are declared; ``validate()`` checks the whole."""
+
+    def __init__(self, name: str, functions: Functions = DEFAULT_FUNCTIONS) -> None:
+        if not name or not name.replace("-", "_").isidentifier():
+            raise FlowError(f"flows: graph name {name!r} must be an identifier (letters, digits, _ and -)")
+        self.name = name
+        self.functions = functions
+        self.spaces: dict[str, Space] = {}
+        self.arcs: list[Arc] = []
+
+    # --- declaring ---------------------------------------------------------------------
+
+    def history(self, name: str, schema: str | Iterable[tuple[str, str]] | EventSchema) -> History:
+        space = History(self._new_name(name), EventSchema.of(schema))
+        self.spaces[name] = space
+        return space
+
+    def state(self, name: str, keys: str | Iterable[tuple[str, str]], values: str | Iterable[tuple[str, str]]) -> StateSpace:
+        space = StateSpace(self._new_name(name), StateSchema.of(keys, values))
+        self.spaces[name] = space
+        return space
+
+    def select(self, source: str, target: str, predicate: str) -> Arc:
+        src, dst = self._history(source), self._history(target)
+        if src.schema != dst.schema:
+            raise FlowError(f"flows: select {source} -> {target}: schemas differ ({src.schema} vs {dst.schema})")
+        return self._add(Arc("select", source, target, select=Select.parse(src.schema, predicate, self.functions)))
+
+    def transform(self, source: str, target: str, rule: str) -> Arc:
+        src, dst = self._history(source), self._history(target)
+        return self._add(Arc("transform", source, target,
+                             transform=Transform.parse(src.schema, dst.schema, rule, self.functions)))
+
+    def collapse(self, source: str, target: str, rules: Iterable[str] | str) -> Arc:
+        src, dst = self._history(source), self._state(target)
+        if any(a.target == target for a in self.arcs):
+            raise FlowError(f"flows: state {target!r} already has its in-arc; a state has exactly one")
+        texts = [rules] if isinstance(rules, str) else list(rules)
+        return self._add(Arc("collapse", source, target, collapse=Collapse(src.schema, dst.schema, texts,
+                                                                            self.functions)))
+
+    def expand(self, source: str, target: str) -> Arc:
+        self._state(source)
+        dst = self._history(target)
+        feeding = self.collapse_of(source)
+        if feeding is None:
+            raise FlowError(f"flows: expand {source} -> {target}: declare the collapse into {source!r} first")
+        if feeding.source != dst.schema:
+            raise FlowError(f"flows: expand {source} -> {target}: {target!r} must have the schema its collapse reads"
+                            f" ({feeding.source}), has {dst.schema}")
+        if self.in_arcs(target):
+            raise FlowError(f"flows: expand {source} -> {target}: a history fed by an expand has no other in-arc")
+        return self._add(Arc("expand", source, target))
+
+    def _new_name(self, name: str) -> str:
+        if not isinstance(name, str) or not name.replace("-", "_").isidentifier():
+            raise FlowError(f"flows: space name {name!r} must be an identifier")
+        if name in self.spaces:
+            raise FlowError(f"flows: space {name!r} is declared twice")
+        return name
+
+    def _space(self, name: str) -> Space:
+        space = self.spaces.get(name)
+        if space is None:
+            raise FlowError(f"flows: unknown space {name!r} (declared: {', '.join(sorted(self.spaces)) or 'none'})")
+        return space
+
+    def _history(self, name: str) -> History:
+        space = self._space(name)
+        if not isinstance(space, History):
+            raise FlowError(f"flows: {name!r} is a state; this arc needs an event history")
+        return space
+
+    def _state(self, name: str) -> StateSpace:
+        space = self._space(name)
+        if not isinstance(space, StateSpace):
+            raise FlowError(f"flows: {name!r} is an event history; this arc needs a state")
+        return space
+
+    def _add(self, arc: Arc) -> Arc:
+        if arc.kind != "expand" and self.expand_source(arc.target) is not None:
+            raise FlowError(f"flows: {arc.target!r} is fed by an expand; it has no other in-arc")
+        if isinstance(self.spaces[arc.target], StateSpace) and arc.kind != "collapse":
+            raise FlowError(f"flows: a state's in-arc must be a collapse, {arc.source} -> {arc.target} is {arc.kind}")
+        self.arcs.append(arc)
+        if self._cycle() is not None:
+            self.arcs.pop()
+            raise FlowError(f"flows: arc {arc.source} -> {arc.target} closes a cycle; the graph must be acyclic")
+        return arc
+
+    # --- queries -------------------------------------------------------------------------
+
+    def out_arcs(self, name: str) -> list[Arc]:
+        return [a for a in self.arcs if a.source == name]
+
+    def in_arcs(self, name: str) -> list[Arc]:
+        return [a for a in self.arcs if a.target == name]
+
+    def roots(self) -> list[str]:
+        """Histories publishers publish into: no in-arc, or fed by an expand only."""
+        return [n for n, s in self.spaces.items() if isinstance(s, History)
+                and all(a.kind == "expand" for a in self.in_arcs(n))]
+
+    def publishable_roots(self) -> list[str]:
+        """Roots publishers publish into (those fed by an expand are computed)."""
+        return [r for r in self.roots() if self.expand_source(r) is None]
+
+    def expand_source(self, history: str) -> str | None:
+        """The state whose changes, expanded, make up ``history`` (None: not fed by an expand)."""
+        return next((a.source for a in self.in_arcs(history) if a.kind == "expand"), None)
+
+    def collapse_of(self, state: str) -> Collapse | None:
+        return next((a.collapse for a in self.in_arcs(state) if a.kind == "collapse"), None)
+
+    def validate(self) -> None:
+        """Everything that per-arc checks cannot see; FlowError on the first problem."""
+        for name, space in self.spaces.items():
+            if isinstance(space, StateSpace) and len(self.in_arcs(name)) != 1:
+                raise FlowError(f"flows: state {name!r} has {len(self.in_arcs(name))} in-arcs; it needs exactly one"
+                                f" collapse")
+        cycle = self._cycle()
+        if cycle is not None:
+            raise FlowError(f"flows: the graph has a cycle through {' -> '.join(cycle)}")
+
+    def _cycle(self) -> list[str] | None:
+        colour: dict[str, int] = {}
+        stack: list[str] = []
+
+        def visit(name: str) -> list[str] | None:
+            colour[name] = 1
+            stack.append(name)
+            for arc in self.out_arcs(name):
+                if colour.get(arc.target) == 1:
+                    return stack[stack.index(arc.target):] + [arc.target]
+                if arc.target not in colour:
+                    found = visit(arc.target)
+                    if found:
+                        return found
+            stack.pop()
+            colour[name] = 2
+            return None
+        for name in self.spaces:
+            if name not in colour:
+                found = visit(name)
+                if found:
+                    return found
+        return None
+
+    def downstream(self, name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            for arc in self.out_arcs(todo.pop()):
+                if arc.target not in seen:
+                    seen.add(arc.target)
+                    todo.append(arc.target)
+        return seen
+
+    def order_for(self, root: str, *, subscribed_states: Iterable[str] = ()) -> tuple[str, str]:
+        """(``"total"`` or ``"fifo"``, why) for the group carrying ``root``."""
+        below = self.downstream(root) | {root}
+        states = [n for n in below if isinstance(self.spaces[n], StateSpace)]
+        if states:
+            return "total", f"collapse into {', '.join(sorted(states))} distinguishes order per key"
+        if set(subscribed_states) & below:
+            return "total", "a subscribed state needs one order for its state transfer"
+        return "fifo", "only selects and transforms downstream: per-event, any order per publisher"
+
+    def __repr__(self) -> str:
+        arcs = "; ".join(f"{a.source} -{a.kind}-> {a.target}: "
+                         f"{a.select.text if a.select else a.transform.text if a.transform else ''}" for a in self.arcs)
+        return f"<FlowGraph {self.name!r} {arcs}>"
+
+    def group_name(self, root: str) -> str:
+        """The sgcs group that carries ``root`` (shared with the roots it meets in a state)."""
+        return next(g for g, roots in self.root_groups().items() if root in roots)
+
+    def root_groups(self) -> dict[str, list[str]]:
+        """group name -> roots it carries. Roots whose events meet in one state
+        share a group: a collapse needs one order over all its inputs, and sgcs
+        orders messages within a group only."""
+        roots = sorted(self.publishable_roots())
+        parent = {r: r for r in roots}
+
+        def find(r: str) -> str:
+            while parent[r] != r:
+                r = parent[r]
+            return r
+        states_of = {r: {n for n in self.downstream(r) if isinstance(self.spaces[n], StateSpace)} for r in roots}
+        for a in roots:
+            for b in roots:
+                if a < b and states_of[a] & states_of[b]:
+                    parent[find(b)] = find(a)
+        groups: dict[str, list[str]] = {}
+        for r in roots:
+            groups.setdefault(find(r), []).append(r)
+        return {f"flows:{self.name}:{'+'.join(members)}": members for members in groups.values()}
+
+    def fingerprint(self) -> str:
+        """Names the graph's declaration: members compile each other's
+        subscriptions only if they hold the same graph."""
+        import hashlib
+        text = repr(sorted((n, str(s.schema)) for n, s in self.spaces.items())) + repr(
+            [(a.kind, a.source, a.target, a.select.text if a.select else a.transform.text if a.transform
+              else a.collapse.describe() if a.collapse else "") for a in self.arcs])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    # --- TOML ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_toml(cls, text: str, functions: Functions = DEFAULT_FUNCTIONS) -> "FlowGraph":
+        """A graph from TOML (see docs/flows.md); FlowError on any problem."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise FlowError(f"flows: TOML: {error}") from None
+        graph = cls(str(data.get("name", "flows")), functions)
+        for name, spec in _table(data, "spaces").items():
+            _add_space(graph, name, spec)
+        for index, spec in enumerate(data.get("arcs", [])):
+            _add_arc(graph, index, spec)
+        graph.validate()
+        return graph
+
+
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise FlowError(f"flows: TOML: [{key}] must be a table")
+    return value
+
+
+def _add_space(graph: FlowGraph, name: str, spec: Any) -> None:
+    if not isinstance(spec, dict):
+        raise FlowError(f"flows: TOML: spaces.{name} must be a table")
+    if "fields" in spec:
+        graph.history(name, spec["fields"])
+    elif "key" in spec and "values" in spec:
+        graph.state(name, spec["key"], spec["values"])
+    else:
+        raise FlowError(f"flows: TOML: spaces.{name} needs fields = \"...\" (a history) or key and values (a state)")
+
+
+def _add_arc(graph: FlowGraph, index: int, spec: Any) -> None:
+    if not isinstance(spec, dict) or "from" not in spec or "to" not in spec:
+        raise FlowError(f"flows: TOML: arcs[{index}] needs from and to")
+    kinds = [k for k in ("select", "transform", "collapse", "expand") if k in spec]
+    if len(kinds) != 1:
+        raise FlowError(f"flows: TOML: arcs[{index}] needs exactly one of select, transform, collapse, expand")
+    source, target, kind = str(spec["from"]), str(spec["to"]), kinds[0]
+    if kind == "select":
+        graph.select(source, target, str(spec["select"]))
+    elif kind == "transform":
+        graph.transform(source, target, str(spec["transform"]))
+    elif kind == "collapse":
+        rules = spec["collapse"]
+        graph.collapse(source, target, [str(r) for r in rules] if isinstance(rules, list) else str(rules))
+    else:
+        graph.expand(source, target)

@@ -1,0 +1,237 @@
+"""Flows on real sockets: the trio shell around :class:`FlowEngine`.
+
+Theory of operation (issue 19, build items 3, 5, 6): one ``FlowService`` per
+node joins the sgcs group of each root group of the graph, with the order the
+graph asks for (``FlowGraph.order_for``: TOTAL where a collapse is
+downstream). A receive task per group hands each batch of deliveries and
+views to the engine, stores the durable rows the batch changed (SQLite,
+``store.py``), then hands the engine's outputs on: events to the
+subscriptions' queues, messages to a transmit task. Sending goes through that
+task, never from the receive task itself: a receive task waiting on the flow
+window would stop draining the group's queue, which is what the window waits
+for. A tick task asks again for overdue state transfers.
+
+Usage::
+
+    async with sgcs.open_node(config) as node, open_flows(node, graph, store="me.db") as flows:
+        prices = await flows.subscribe("prices", 'issue = "IBM"', durable=True)
+        await prices.ready()                 # the state at the cut, or the catch-up
+        await flows.publish("NYSE", [("IBM", 120.0, 5000.0)])
+        prices.rows()                        # {("IBM",): (maxPrice, curPrice)}
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import AsyncIterator, Iterable, Sequence
+
+import trio
+
+import sgcs
+from sgcs.errors import UsageError
+
+from .collapse import Key, Row
+from .engine import Deliver, FlowEngine, FlowStatistics, LocalSubscription, Multicast, Output, Persist, Phase, Ready, \
+    Unicast
+from .graph import FlowGraph
+from .store import FlowStore
+from .syntax import Value
+
+OUTGOING_MAX = 10_000
+"""Messages waiting for the transmit task; publishers wait beyond (backpressure)."""
+QUEUE_MAX = 1_000_000
+"""Events a history subscription holds unread; beyond, the oldest are dropped and counted."""
+TICK = 0.2
+"""Seconds between checks for overdue state transfers."""
+
+
+class FlowSubscription:
+    """One subscription; get it from :meth:`FlowService.subscribe`."""
+
+    def __init__(self, service: "FlowService", sub: LocalSubscription) -> None:
+        self._service, self._sub = service, sub
+        self._events: deque[tuple[Value, ...]] = deque()
+        self._arrived = trio.Event()
+        self._ready = trio.Event()
+        self.dropped = 0
+        if sub.phase is Phase.LIVE:
+            self._ready.set()
+
+    @property
+    def space(self) -> str:
+        return self._sub.compiled.space
+
+    @property
+    def phase(self) -> Phase:
+        return self._sub.phase
+
+    @property
+    def counters(self) -> dict[str, int]:
+        sub = self._sub
+        return {"delivered": sub.delivered, "catchup_events": sub.catchup_events, "catchup_bytes": sub.catchup_bytes,
+                "transfer_bytes": sub.transfer_bytes, "dropped": self.dropped}
+
+    async def ready(self) -> None:
+        """Return once a state subscription is LIVE (at once for a history)."""
+        await self._ready.wait()
+
+    def rows(self) -> dict[Key, Row]:
+        """A state subscription's rows now."""
+        return self._service.engine.rows(self._sub.sub_id)
+
+    async def receive(self) -> tuple[Value, ...]:
+        """The next event of a history subscription."""
+        while not self._events:
+            self._arrived = trio.Event()
+            await self._arrived.wait()
+        return self._events.popleft()
+
+    def receive_nowait(self) -> list[tuple[Value, ...]]:
+        events = list(self._events)
+        self._events.clear()
+        return events
+
+    def _push(self, event: tuple[Value, ...]) -> None:
+        if len(self._events) >= QUEUE_MAX:
+            self._events.popleft()
+            self.dropped += 1
+        self._events.append(event)
+        self._arrived.set()
+
+
+class FlowService:
+    """A member's flows; get one from :func:`open_flows`."""
+
+    def __init__(self, node: sgcs.NodeHandle, engine: FlowEngine, store: FlowStore | None) -> None:
+        self.node, self.engine, self._store = node, engine, store
+        self._groups: dict[str, sgcs.GroupHandle] = {}
+        self._subs: dict[int, FlowSubscription] = {}
+        self._outgoing_send, self._outgoing = trio.open_memory_channel[Multicast | Unicast](OUTGOING_MAX)
+        self.unroutable = 0
+
+    # --- the API ------------------------------------------------------------------------------
+
+    async def publish(self, root: str, events: Iterable[Sequence[object]]) -> None:
+        """Publish events into root space ``root`` (one message per call)."""
+        await self._run(self.engine.publish(root, list(events)))
+
+    async def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False) -> FlowSubscription:
+        """Subscribe to any space. A state subscription starts its transfer (or,
+        durable and known to this member's store, its catch-up); await
+        ``ready()`` before reading its rows."""
+        s0 = self._store.load(space, predicate) if durable and self._store is not None else None
+        if durable and self._store is None:
+            raise UsageError("flows: a durable subscription needs open_flows(..., store=PATH)")
+        sub_id, out = self.engine.subscribe(space, predicate, durable=durable, s0=s0, now=trio.current_time())
+        handle = FlowSubscription(self, self.engine.subs[sub_id])
+        self._subs[sub_id] = handle
+        await self._run(out)
+        return handle
+
+    def kept(self, space: str) -> FlowSubscription:
+        """A keeper's own full subscription to state ``space``."""
+        for sub_id, sub in self.engine.subs.items():
+            if sub.keeper and sub.compiled.space == space:
+                return self._subs[sub_id]
+        raise UsageError(f"flows: this member keeps no state {space!r} (open_flows(..., keeper=True))")
+
+    def view(self, group: str) -> tuple[int, ...]:
+        return self._groups[group].view.members
+
+    def statistics(self) -> FlowStatistics:
+        return self.engine.statistics()
+
+    # --- the engine's outputs -------------------------------------------------------------------
+
+    async def _run(self, outputs: list[Output]) -> None:
+        persist: set[int] = set()
+        for output in outputs:
+            if isinstance(output, (Multicast, Unicast)):
+                await self._outgoing_send.send(output)
+            elif isinstance(output, Deliver):
+                self._subs[output.sub_id]._push(output.event)
+            elif isinstance(output, Ready):
+                handle = self._subs.get(output.sub_id)
+                if handle is not None:
+                    handle._ready.set()
+            elif isinstance(output, Persist):
+                persist.add(output.sub_id)
+        for sub_id in sorted(persist):
+            self._persist(sub_id)
+
+    def _persist(self, sub_id: int) -> None:
+        if self._store is None:
+            return
+        sub = self.engine.subs[sub_id]
+        self._store.save(sub.compiled.space, sub.compiled.text, self.engine.take_dirty(sub_id))
+
+    async def _receive_loop(self, name: str, group: sgcs.GroupHandle) -> None:
+        while True:
+            try:
+                events = await group.receive_many()
+            except trio.EndOfChannel:
+                return
+            out: list[Output] = []
+            now = trio.current_time()
+            for event in events:
+                if isinstance(event, sgcs.Delivery):
+                    out += self.engine.on_delivery(name, event.sender, event.payload, now)
+                elif isinstance(event, sgcs.ViewChange):
+                    out += self.engine.on_view(name, event.members)
+            await self._run(out)
+
+    async def _transmit_loop(self) -> None:
+        async for message in self._outgoing:
+            group = self._groups[message.group]
+            try:
+                if isinstance(message, Multicast):
+                    await group.send(message.payload)
+                else:
+                    await group.send(message.payload, to=message.member)
+            except UsageError:
+                self.unroutable += 1  # the member left meanwhile; its request will be asked again
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await trio.sleep(TICK)
+            await self._run(self.engine.tick(trio.current_time()))
+
+
+@asynccontextmanager
+async def open_flows(node: sgcs.NodeHandle, graph: FlowGraph, *, name: str | None = None,
+                     store: str | os.PathLike[str] | None = None, keeper: bool = False,
+                     retry_after: float = 2.0, payload_max: int = 1_200) -> AsyncIterator[FlowService]:
+    """Run this node's flows over ``graph`` for the block.
+
+    ``name``: the member's durable name (default: the node's name).
+    ``store``: the SQLite file of durable subscriptions (and of a keeper's states).
+    ``keeper``: keep every state of the graph in full and answer state
+    transfers and catch-ups (at least one member should).
+    ``payload_max``: bytes of events per multicast at most (docs/flows.md, Limits)."""
+    db = FlowStore(store) if store is not None else None
+    engine = FlowEngine(graph, name or node.name, node.id, keeper=keeper, retry_after=retry_after,
+                        payload_max=payload_max)
+    service = FlowService(node, engine, db)
+    try:
+        async with AsyncExitStack() as stack:
+            for group_name in sorted(engine.groups):
+                handle = await stack.enter_async_context(node.join(group_name, order=engine.order_of(group_name)))
+                service._groups[group_name] = handle
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            for group_name, handle in service._groups.items():
+                nursery.start_soon(service._receive_loop, group_name, handle)
+            nursery.start_soon(service._transmit_loop)
+            nursery.start_soon(service._tick_loop)
+            if keeper:
+                stored = {n: db.load(n, "true") or {} for n in graph.spaces} if db is not None else {}
+                out = engine.subscribe_keeper(trio.current_time(), {n: r for n, r in stored.items() if r})
+                for sub_id in [s for s in engine.subs if engine.subs[s].keeper]:
+                    service._subs[sub_id] = FlowSubscription(service, engine.subs[sub_id])
+                await service._run(out)
+            yield service
+            nursery.cancel_scope.cancel()
+    finally:
+        if db is not None:
+            db.close()
