@@ -488,6 +488,10 @@ class GroupStack:
         for member in old.members:
             if member not in new:
                 self.unicast.forget(member)
+                # its stream ended with this view: a flush that still reported
+                # its last delivery would start its next membership's stream
+                # there, after the records it numbers afresh on rejoining
+                self.delivered_high.pop(member, None)
         leavers = frozenset(self.agreement.leaving)
         frames = self.agreement.installed(commit, now)
         # The new view's order starts after the cut and after what was rolled

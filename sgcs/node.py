@@ -91,6 +91,10 @@ MAX_GROUPS = 1_024
 LEAVE_COPIES = 2
 """A graceful leave is multicast this many times; if every copy is lost, the
 others find the leaver silent to their probes and exclude it as failed."""
+MAX_LEFT = 1_024
+"""Groups left whose last message number a node remembers (``Node._ended_at``);
+past it the oldest is forgotten, and a rejoin of that group numbers from
+``incarnation << 32`` again (its old stream is long gone from the others)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +171,10 @@ class Node:
         self._params = build_params(config)
         self._groups: dict[str, GroupStack] = {}
         self._by_tag: dict[int, GroupStack] = {}
+        self._ended_at: dict[int, int] = {}
+        """Group tag -> the last number of our stream in a group we left: a
+        rejoin numbers on after it, so a member that still holds our old
+        stream never takes a new message for an old one (bounded: ``MAX_LEFT``)."""
         self._addresses: dict[int, Address] = {}
         self._counts = {"rx": 0, "rx_bytes": 0, "tx": 0, "tx_bytes": 0, "sent": 0, "delivered": 0, "foreign": 0}
         self._drops: dict[str, int] = {}
@@ -201,9 +209,11 @@ class Node:
             raise UsageError(f"group name {group!r} collides on the wire with a joined group; rename it")
         initial = roster_of(() if members is None else members).with_member(self.id)
         fresh = members is not None if from_start is None else from_start
+        ended = self._ended_at.pop(group_tag(group), 0)
+        first_seq = 1 if fresh else max((self.incarnation << 32), ended) + 1
         state = GroupStack(group, Order.parse(order), self.id, initial, self._params, self.rng, now, fresh,
                            view_timeout=self.config.view_timeout, optimistic=self.config.optimistic,
-                           first_seq=1 if fresh else (self.incarnation << 32) + 1, incarnation=self.incarnation)
+                           first_seq=first_seq, incarnation=self.incarnation)
         self._groups[group] = state
         self._by_tag[state.tag] = state
         out: list[Action] = []
@@ -228,6 +238,9 @@ class Node:
         self._trace(out, "leave", group=group, view_id=state.view.view_id)
         del self._groups[group]
         del self._by_tag[state.tag]
+        if len(self._ended_at) >= MAX_LEFT:
+            self._ended_at.pop(next(iter(self._ended_at)))  # oldest first
+        self._ended_at[state.tag] = state.stream.contig_of(self.id)
         self._watch(now)
         return out
 

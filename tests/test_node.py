@@ -143,6 +143,30 @@ def test_join_merges_singletons_and_leave_shrinks_the_view() -> None:
     assert view.members == (1,) and view.left == (2,) and not view.failed
 
 
+@pytest.mark.parametrize("order", ["fifo", "total"])
+@pytest.mark.parametrize("wait_for_the_view", [True, False])
+def test_a_member_that_leaves_and_rejoins_from_the_same_node_is_heard(order: str, wait_for_the_view: bool) -> None:
+    """A rejoin numbers its stream on after the last membership's (found by
+    the flow-graph service: the others' flush reported the old stream's last
+    delivery as the new stream's start, so its first messages were taken for
+    old ones; and a member still holding the old stream would do the same)."""
+    a, b = make_node(1), make_node(2)
+    nodes = {1: a, 2: b}
+    now = 0.0
+    pump(nodes, {1: a.join("g", now, order=order), 2: b.join("g", now, order=order)}, now, now + 2.0)
+    for round_ in range(3):
+        assert a.view("g")[1] == (1, 2) == b.view("g")[1], f"round {round_}"
+        now += 2.0
+        seen = pump(nodes, {2: b.multicast("g", f"b{round_}".encode(), now)}, now, now + 1.0)
+        assert [d.payload for d in of(Deliver, seen) if d.sender == 2 and d.dest is None].count(f"b{round_}".encode()) == 2
+        now += 1.0
+        out = b.leave("g", now)
+        pump({1: a}, {2: out}, now, now + 2.0 if wait_for_the_view else now)  # or rejoin at once
+        now += 2.0
+        pump(nodes, {2: b.join("g", now, order=order)}, now, now + 3.0)
+        now += 3.0
+
+
 def test_crashed_member_is_suspected_probed_and_excluded() -> None:
     nodes = {i: make_node(i) for i in (1, 2, 3, 4)}
     pump(nodes, {i: n.join("g", 0.0, members=[1, 2, 3, 4]) for i, n in nodes.items()}, 0.0, 0.5)
