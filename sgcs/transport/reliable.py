@@ -248,9 +248,14 @@ class ReliableStream:
         self._null_delay = params.ack_interval
         """How long after receiving an idle member of an ordered group promises."""
         self._position = 0
-        self._levels: list[dict[int, int]] = []
-        """Stability gossip: per level k, per sender, the lowest number held by the
-        2**k members that end 2**k positions before us (the latest value heard)."""
+        self._depth = 0
+        """Levels of the stability gossip: ceil(log2 N)."""
+        self._levels: dict[int, list[int]] = {}
+        """Stability gossip: per sender, per level k, the lowest number held by the
+        2**k members that end 2**k positions before us (the latest value heard).
+        A row per sender, not a table per level: a member of a large group keeps
+        them for the hundreds of streams it holds unstable (14 dict entries a
+        stream at N = 10,000 were the largest part of its memory)."""
         self._others_floor: dict[int, int] = {}
         """Per sender, the minimum over all levels: what the others are known to hold."""
         self._sent_floors: list[int] = []
@@ -308,10 +313,11 @@ class ReliableStream:
         # restarted under its old id no longer holds what it reported
         n = len(self.members)
         self._null_delay = min(self.params.ack_interval, self.params.promise_spacing * n)
-        self._levels = [{} for _ in range(math.ceil(math.log2(n)) if n > 1 else 0)]
-        self._sent_floors = [hash(()) for _ in self._levels]
-        self._clock_levels = [0] * len(self._levels)
-        self._sent_clocks = [0] * len(self._levels)
+        self._depth = math.ceil(math.log2(n)) if n > 1 else 0
+        self._levels = {}
+        self._sent_floors = [hash(())] * self._depth
+        self._clock_levels = [0] * self._depth
+        self._sent_clocks = [0] * self._depth
         self._known_stable = {}
         self._others_floor = {}
         self._acked = {} if n <= ACK_MATRIX_MAX else None
@@ -379,7 +385,7 @@ class ReliableStream:
             self._buffer(record)
         if clock:
             self._own_clocks.append((self._next_seq - 1, clock))
-        self._gc_due = self._gc_due or not self._levels  # alone: stable at once
+        self._gc_due = self._gc_due or not self._depth  # alone: stable at once
         self._counts["sent"] += len(records)
         return first, [OutRecords(None, tuple(records), "data")]
 
@@ -649,24 +655,27 @@ class ReliableStream:
         update of its own predecessor was lost, and that member has since
         retired the sender), and ``on_digest`` tells it."""
         k, n = aggregate.level, len(self.members)
-        if self._roster is None or aggregate.roster != self._roster.tag or k >= len(self._levels):
+        if self._roster is None or aggregate.roster != self._roster.tag or k >= self._depth:
             return ()
         if self.members[(self._position - (1 << k)) % n] != src:
             return ()  # not the member whose window ends just before ours
         if aggregate.clock > self._clock_levels[k]:
             self._clock_levels[k] = aggregate.clock
-        level, store, linger, others_floor = self._levels[k], self._store, self._linger, self._others_floor
+        levels, store, linger, others_floor = self._levels, self._store, self._linger, self._others_floor
         known, lagging = self._known_stable, []
         for sender, floor in aggregate.floors:
             if known.get(sender, 0) > floor:
                 lagging.append((sender, known[sender]))
             # only streams we hold unstable records of (or linger on) keep state
-            before = level.get(sender, 0)
+            row = levels.get(sender)
+            before = row[k] if row is not None else 0
             if floor > before and (store.get(sender) or sender in linger):
-                level[sender] = floor
+                if row is None:
+                    row = levels[sender] = [0] * self._depth
+                row[k] = floor
                 if before > others_floor.get(sender, 0):
                     continue  # another level holds the minimum: it did not move
-                others = min(lv.get(sender, 0) for lv in self._levels)
+                others = min(row)
                 if others > others_floor.get(sender, 0):
                     others_floor[sender] = others
                     self._gc_senders.add(sender)
@@ -755,9 +764,9 @@ class ReliableStream:
         self._collect_garbage()
         self._retire_quiet_senders()
         senders = self._digest_senders()
-        if not self._levels:
+        if not self._depth:
             return []
-        depth = len(self._levels)
+        depth = self._depth
         k = (self._round - 1) % depth
         asks = self._ask_if_stuck(depth) if self.promise_gossip else []
         clocks = self._clock_floors() if self.promise_gossip else [0] * depth
@@ -825,13 +834,13 @@ class ReliableStream:
         below: every member of the view holds that much. (A member that learnt
         stability from the ACK matrix, before the all-reduce completed, must
         still pass it on: the others may depend on the gossip alone.)"""
-        stable = self._stable
+        stable, levels = self._stable, self._levels
         lows = [stable.get(sender, 0) for sender in senders]
         running = [self._contig_of(sender) for sender in senders]
-        for level in range(len(self._levels)):
+        rows = [levels.get(sender) for sender in senders]
+        for level in range(self._depth):
             if level:
-                below = self._levels[level - 1]
-                running = [min(r, below.get(s, 0)) for r, s in zip(running, senders)]
+                running = [min(r, row[level - 1]) if row is not None else 0 for r, row in zip(running, rows)]
             yield tuple((s, r if r > low else low) for s, r, low in zip(senders, running, lows))
 
     def _retire_quiet_senders(self) -> None:
@@ -841,21 +850,20 @@ class ReliableStream:
         record aggregates afresh. (Lingering ends when every level went out
         once, not after a count of rounds: a member depending on the gossip
         was once left without the last level.)"""
-        levels = (1 << len(self._levels)) - 1
+        levels = (1 << self._depth) - 1
         done = [s for s, pending in self._linger.items() if not pending & levels and not self._store.get(s)]
         for sender in done:
             del self._linger[sender]
             self._others_floor.pop(sender, None)
             self._holders.pop(sender, None)
-            for level in self._levels:
-                level.pop(sender, None)
+            self._levels.pop(sender, None)
             self._retired.pop(sender, None)  # to the end: the table is kept oldest first
             self._retired[sender] = self._round
         # What we know stable of a retired stream answers a member that lags
         # on it (it asks after two cycles): kept four cycles, then forgotten,
         # with its stable prefix. Kept for every sender ever heard, the two
         # tables held 10,000 x 10,000 numbers at N = 10,000 (over 8 GB).
-        horizon = self._round - 4 * max(1, len(self._levels))
+        horizon = self._round - 4 * max(1, self._depth)
         while self._retired:
             sender, since = next(iter(self._retired.items()))
             if since > horizon:
@@ -908,7 +916,7 @@ class ReliableStream:
                     if seq <= stable and stored.pop(seq, None) is not None:
                         self._buffered -= 1
                 self._stable[sender] = stable
-                self._linger[sender] = (1 << len(self._levels)) - 1
+                self._linger[sender] = (1 << self._depth) - 1
                 if sender == self.me:
                     own = self._own_clocks
                     while own and own[0][0] <= stable:
@@ -920,7 +928,7 @@ class ReliableStream:
     def _floor(self, sender: int) -> int:
         """The highest number every member of the view is known to hold."""
         own = self._contig_of(sender)
-        if not self._levels:
+        if not self._depth:
             return own
         others = self._others_floor.get(sender, 0)
         if self._acked is not None:
@@ -962,8 +970,7 @@ class ReliableStream:
         self._dirty.pop(sender, None)
         self._linger.pop(sender, None)
         self._others_floor.pop(sender, None)  # the minimum of the levels, kept exact (``_merge_aggregate``)
-        for level in self._levels:
-            level.pop(sender, None)
+        self._levels.pop(sender, None)
         self._holders.pop(sender, None)
 
     def _inbound_of(self, sender: int) -> _Inbound:
