@@ -57,6 +57,17 @@ def test_the_crashes_are_node_crashes_in_the_trace(shipped: tuple[dict[str, Any]
     assert summary["sgcs_packets"]["datagrams"] > len(sends)
 
 
+def test_the_sgcs_trace_below_the_mail_keeps_every_invariant(shipped: tuple[dict[str, Any], Path]) -> None:
+    """Restarted post offices start new unicast streams (their ids never
+    repeat), and a survivor starts a new stream to them: before that, each
+    restart showed as duplicates and FIFO breaks of the unicasts below."""
+    from simulations.checks import read_events, violations
+
+    _, out = shipped
+    found = violations(read_events(out))
+    assert not any(found.values()), found
+
+
 def test_counts_are_sane(shipped: tuple[dict[str, Any], Path]) -> None:
     summary, out = shipped
     mails, inter, model = summary["mails"], summary["inter_domain"], summary["cost_model"]
