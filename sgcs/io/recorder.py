@@ -134,8 +134,10 @@ def open_run(directory: Path, config: Config) -> dict[str, Any]:
         raise UsageError(f"trace {directory}: cannot create the directory: {exc.strerror}") from None
     meta_path = directory / "meta.json"
     if not meta_path.exists():
-        if any(not p.name.startswith(".") for p in directory.iterdir()):  # hidden: other members' work files
+        strangers = any(not p.name.startswith(".") for p in directory.iterdir())  # hidden: other members' work files
+        if strangers and not meta_path.exists():  # looked again: another member may have made it meanwhile
             raise UsageError(f"trace {directory}: not empty and not a trace of real members; give a fresh directory")
+    if not meta_path.exists():
         aside = directory / f".meta.{os.getpid()}.{os.urandom(6).hex()}.json"  # nodes of one process too
         aside.write_text(json.dumps(_new_meta(config), indent=2) + "\n")
         try:
