@@ -7,6 +7,8 @@ multicast 500 messages while one of them is killed with SIGKILL partway
 through; the members' shared trace must show no violation of invariants 1 to
 7 (``simulations.checks.violations``). A failure prints the timeline of the
 members' views and the harness's actions, and the trace directory.
+``tests/test_namespaces.py`` runs the second on three hosts (network
+namespaces) through ``five_members_with_a_kill``.
 """
 
 from __future__ import annotations
