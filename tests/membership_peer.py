@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Mapping, Sequence
 
 HERE = Path(__file__).resolve().parent
 SECRET = "membership-process-test-secret"
@@ -239,11 +239,19 @@ class Cluster:
 
     Each cluster has its own multicast group and port, so clusters in parallel
     test runs do not hear each other. Use it as a context manager: leaving it
-    ends every process (SIGCONT, SIGTERM, then SIGKILL after STOP_GRACE)."""
+    ends every process (SIGCONT, SIGTERM, then SIGKILL after STOP_GRACE).
+
+    Elsewhere than on loopback (``tests/netns.py``): ``ports`` fixes the
+    members' unicast ports (else free loopback ports), ``prefix[id]`` is put
+    before member ``id``'s command (``ip netns exec HOST``, which execs the
+    member, so the harness's signals reach it), and ``member_settings[id]``
+    adds Config fields for it alone (its ``bind_host``, a peer list)."""
 
     def __init__(
         self, size: int, workdir: Path, *, rate: float = 5.0, order: str = "fifo",
         settings: tuple[str, ...] = (), group: str = "g", messages: int | None = None, trace: Path | None = None,
+        ports: Sequence[int] | None = None, prefix: Mapping[int, Sequence[str]] | None = None,
+        member_settings: Mapping[int, Sequence[str]] | None = None,
     ) -> None:
         self.size = size
         self.workdir = workdir
@@ -254,6 +262,9 @@ class Cluster:
         self.messages = messages
         self.trace = trace
         """The run directory the members record their trace into; a SIGKILL adds a crash row."""
+        self.ports = ports
+        self.prefix = prefix or {}
+        self.member_settings = member_settings or {}
         self.peers: dict[int, Peer] = {}
         self.marks: list[tuple[float, str]] = []
         """What the harness did and when (``time.time()``), for the timeline."""
@@ -274,6 +285,8 @@ class Cluster:
     def start(self) -> None:
         rng = random.SystemRandom()
         *ports, multicast_port = free_udp_ports(self.size + 1)
+        if self.ports is not None:
+            ports = list(self.ports)
         multicast_group = f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}"
         self.started = self.mark(f"start {self.size} members, multicast {multicast_group}:{multicast_port}")
         for node_id, port in enumerate(ports, start=1):
@@ -281,10 +294,10 @@ class Cluster:
 
     def _spawn(self, node_id: int, port: int, multicast_group: str, multicast_port: int) -> Peer:
         command = [
-            sys.executable, str(HERE / "membership_peer.py"), "--id", str(node_id), "--port", str(port),
+            *self.prefix.get(node_id, ()), sys.executable, str(HERE / "membership_peer.py"), "--id", str(node_id), "--port", str(port),
             "--group", self.group, "--order", self.order, "--rate", str(self.rate),
             "--multicast-group", multicast_group, "--multicast-port", str(multicast_port),
-            *(f"--set={setting}" for setting in self.settings),
+            *(f"--set={setting}" for setting in (*self.settings, *self.member_settings.get(node_id, ()))),
             *(() if self.messages is None else ("--messages", str(self.messages), "--wait-for", str(self.size))),
             *(() if self.trace is None else ("--trace", str(self.trace))),
         ]

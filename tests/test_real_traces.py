@@ -7,6 +7,8 @@ multicast 500 messages while one of them is killed with SIGKILL partway
 through; the members' shared trace must show no violation of invariants 1 to
 7 (``simulations.checks.violations``). A failure prints the timeline of the
 members' views and the harness's actions, and the trace directory.
+``tests/test_namespaces.py`` runs the second on three hosts (network
+namespaces) through ``five_members_with_a_kill``.
 """
 
 from __future__ import annotations
@@ -126,9 +128,17 @@ RATE = 80.0
 
 
 def test_five_members_total_order_with_a_kill_leave_a_clean_trace(tmp_path: Path, record_property: Any) -> None:
+    five_members_with_a_kill(tmp_path, record_property)
+
+
+def five_members_with_a_kill(tmp_path: Path, record_property: Any, **placement: Any) -> tuple[Cluster, Any]:
+    """The run and the assertions of the test above, for it and for
+    ``tests/test_namespaces.py`` (which passes ``Cluster``'s ``ports``,
+    ``prefix`` and ``member_settings`` to place members on other hosts).
+    Returns the (closed) cluster, with what its members reported, and the trace's events."""
     run = tmp_path / "run"
     with Cluster(MEMBERS, tmp_path, order="total", rate=RATE, messages=MESSAGES, trace=run,
-                 settings=("suspect_factor=3",)) as cluster:
+                 settings=("suspect_factor=3",), **placement) as cluster:
         report = f"trace: {run}\n{{}}"
         assert converge(cluster, WAIT) is not None, report.format(cluster.timeline())
         assert cluster.wait_until(lambda: all(_seen(p, "sending") for p in cluster.peers.values()), WAIT), \
@@ -164,6 +174,7 @@ def test_five_members_total_order_with_a_kill_leave_a_clean_trace(tmp_path: Path
     sent_in_common = sends[sends["node"].isin(survivors) & sends["view_id"].isin(common)]
     assert set(zip(sent_in_common["sender"], sent_in_common["seq"])) <= shared[survivors[0]], figures
     assert len(sent_in_common) >= 0.9 * (MEMBERS - 1) * MESSAGES, f"{figures}\n{len(sent_in_common)} in shared views"
+    return cluster, events
 
 
 def _delivered_in_shared_views(events: Any, survivors: list[int]
