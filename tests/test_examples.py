@@ -42,9 +42,10 @@ SETTLE = 1.0
 SUCCESS_LINES = {
     "chat.py": "all 3 members saw the 6 lines in the same order",
     "replicated_counter.py": "all 3 replicas agree",
+    "flow_graph.py": "the durable subscriber caught up: its state equals the live subscriber's",
 }
 """The line each example prints when its demonstration succeeded; other examples need only exit 0."""
-EXPECTED_EXAMPLES = {"chat.py", "replicated_counter.py", "blocking_facade.py"}
+EXPECTED_EXAMPLES = {"chat.py", "replicated_counter.py", "blocking_facade.py", "flow_graph.py"}
 
 
 # ------------------------------------------------------------------- examples
