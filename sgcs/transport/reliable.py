@@ -891,6 +891,8 @@ class ReliableStream:
     # ------------------------------------------------------------------ stability
 
     def stable(self, sender: int) -> int:
+        """The highest record of ``sender`` collected here as stable (0: none);
+        for inspection (``benchmarks/stability_rounds.py``), not the protocol."""
         return self._stable.get(sender, 0)
 
     def _collect_garbage(self) -> None:
