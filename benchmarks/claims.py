@@ -1,4 +1,4 @@
-"""The seed paper's claims, reproduced with our own protocol code (issue 6, item 4).
+"""The seed paper's claims, reproduced with our own protocol code.
 
 Usage::
 

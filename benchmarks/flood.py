@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Issue 8 asks that a flood from one source cannot grow a node's memory without
+The requirement: a flood from one source cannot grow a node's memory without
 bound. One ``sgcs.node.Node`` (id 1) is a member of group ``g`` with one other
 member (id 2, the attacker, which holds the group key). Each scenario feeds it
 ``count`` datagrams through ``Node.handle_datagram``, as the trio driver or the

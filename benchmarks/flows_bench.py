@@ -1,4 +1,4 @@
-"""Flows (issue 19): the figures docs/flows.md quotes, on one core, no network.
+"""Flows: the figures docs/flows.md quotes, on one core, no network.
 
     PYTHONPATH=. SGCS_PURE_PYTHON=1 python benchmarks/flows_bench.py [match|filter|expand|compile|all]
 

@@ -1,4 +1,4 @@
-"""Catch-up with real processes (issue 19, acceptance): a durable subscriber to
+"""Catch-up with real processes (docs/flows.md, "Measured"): a durable subscriber to
 50 issues leaves, 10,000 events are published, and it comes back.
 
     PYTHONPATH=. SGCS_PURE_PYTHON=1 python benchmarks/flows_processes.py [--events 10000] [--payload-max 1200]

@@ -1,4 +1,4 @@
-"""Survival signals on ADS handles, 10 nodes on loopback (issue 18, acceptance).
+"""Survival signals on ADS handles, 10 nodes on loopback (docs/handles.md).
 
 Ten processes each attach an ADS module to the data field ``atc`` and watch
 its survival signals (``module.watch()``). The harness then, for ``--rounds``

@@ -1,4 +1,4 @@
-"""Exactly once under motion and faults, with real processes (issue 20).
+"""Exactly once under motion and faults, with real processes (docs/mailboxes.md).
 
 Starts one process per domain (``sgcs.services.mailboxes.worker``) on
 loopback; MIs move every move_min..move_max seconds and mail each other until

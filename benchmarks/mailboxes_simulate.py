@@ -1,4 +1,4 @@
-"""The mailbox cost model against `sgcs simulate` runs (issue 20, build point 4).
+"""The mailbox cost model against `sgcs simulate` runs (docs/mailboxes.md, "Simulating a workload").
 
 Each point of a grid of workloads is a mailbox scenario run by the simulator's
 own path (``simulations.run.simulate``, as ``sgcs simulate`` does): post

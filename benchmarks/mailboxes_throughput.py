@@ -1,6 +1,6 @@
 """End-to-end mail throughput: mails per second from send to pull, within one
 domain and across two domains, with real post offices (sgcs nodes on
-loopback, SQLite WAL), in one process (issue 20).
+loopback, SQLite WAL), in one process (docs/mailboxes.md, "Measured").
 
     PYTHONPATH=. python benchmarks/mailboxes_throughput.py [--mails 20000] [--batch 100]
 """

@@ -12,7 +12,7 @@ each on a fresh cluster of ``--size`` member processes on loopback:
   readmitted after SIGCONT.
 
 Prints one line per run and scenario, then the medians and maxima: the
-figures for the membership issue's closing note. Usage::
+figures for the membership protocol's liveness and exclusion times. Usage::
 
     .venv/bin/python benchmarks/membership_processes.py [--runs 5] [--set FIELD=VALUE ...]
 """

@@ -1,4 +1,4 @@
-"""The queues' crash test with real processes (issue 18, acceptance).
+"""The queues' crash test with real processes (docs/queues.md, "Figures").
 
 A producer process sends N messages with random priorities to the durable
 queue ``q`` on another node's queue manager (store and forward); a consumer

@@ -1,4 +1,4 @@
-"""The replicated queue's acceptance test (issue 18): 3 replicas as real
+"""The replicated queue's acceptance test (docs/queues.md): 3 replicas as real
 processes, kill -9 of one during 10,000 sends; every acknowledged message is
 received exactly once.
 

@@ -1,4 +1,4 @@
-"""The queues' soak (issue 18): an hour of sends, receives, joins and kills.
+"""The queues' soak: an hour of sends, receives, joins and kills.
 
 A thin wrapper over ``queues_crash.py``: a producer sends at a steady rate
 with random priorities to a durable queue on a queue manager in another

@@ -1,4 +1,4 @@
-"""Durable queue throughput: sgcs queues (local and remote) against persist-queue (issue 18).
+"""Durable queue throughput: sgcs queues (local and remote) against persist-queue (docs/queues.md, "Figures").
 
 Local: one ``QueueStore`` file, 100-byte messages, put one at a time (one
 commit each), put in batches of 100 (one commit each batch), get + ack one at

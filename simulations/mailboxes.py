@@ -1,4 +1,4 @@
-"""Mailbox scenarios: the post offices of issue 20 as simulated sgcs nodes.
+"""Mailbox scenarios: the mailbox service's post offices as simulated sgcs nodes.
 
 Theory of operation
 -------------------

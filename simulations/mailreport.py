@@ -8,7 +8,7 @@ path the protocol took for it: ``local`` when the receiver's active mailbox is
 in the sender's domain, ``known`` when the PO holds an address for it, else
 ``unknown``: the home is asked), an envelope handed to the network
 (``envelope``), a pull that returned mails (``pulled``), and a move. From
-these alone it checks the issue's guarantee: every mail delivered exactly
+these alone it checks the mailbox service's guarantee: every mail delivered exactly
 once and, per (sender, receiver), in sequence order. A mail not delivered at
 the end is *held* if some post office's durable records still hold it (it
 would be delivered if the run went on) and *lost* otherwise.

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A scenario with a ``[mailboxes]`` table runs the mailbox service of issue 20
+A scenario with a ``[mailboxes]`` table runs the mailbox service
 (``sgcs.services.mailboxes``) on the simulator: the post office (PO) of
 domain ``d`` runs on node ``d``, so ``nodes >= domains``; the POs form one
 sgcs group, ``mailboxes:<system>``, and the scenario's ``[network]`` and

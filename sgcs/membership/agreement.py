@@ -80,10 +80,10 @@ Entries = tuple[tuple[int, int], ...]
 REPEATS = 5
 """Repetitions of a proposal or commit per ``view_timeout`` to members that have not answered."""
 UNICAST_REPEATS = 16
+"""At most this many silent members get a repetition each by unicast; more share one multicast."""
 MAX_ATTEMPT = 2**32 - 2
 """The largest attempt a proposal we accept may carry: outbidding it (attempt
 + 1) must still fit the wire's 32-bit field."""
-"""At most this many silent members get a repetition each by unicast; more share one multicast."""
 
 
 def view_id_of(epoch: int, members: tuple[int, ...], salt: int = 0) -> str:

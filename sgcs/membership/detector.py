@@ -34,7 +34,14 @@ three-stage survival signal).
 * **Pull.** A suspect gets ``probe_count`` direct probes, ``probe_interval``
   apart. Any answer, indeed any datagram from it, ends the suspicion. An ICMP
   "port unreachable" reported by the driver answers the pull stage at once:
-  the host says nobody listens there.
+  the host says nobody listens there. A probe carries the suspicion's random
+  nonce and the answer echoes it, but nothing matches the two, by design: an
+  answer counts only as a datagram from the suspect, which the node has
+  already authenticated (``sgcs.wire``) and checked against replay, and
+  an honest answer to an earlier probe (delayed, or sent to our former
+  incarnation) could not be told from a mismatch without keeping every nonce
+  ever sent. The nonce stays on the wire, unread, so that the format and the
+  random draws (which reproduce recorded simulator seeds) are unchanged.
 * **Ask.** Then ``ask_count`` of the suspect's hypercube neighbours (the
   members it gossips to, which hear from it first) are asked how long ago they
   heard from it. If any heard from it within the suspect timeout, it is

@@ -198,7 +198,8 @@ class Beacon:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """The pull stage: are you there? ``nonce`` comes back in the answer."""
+    """The pull stage: are you there? ``nonce`` comes back in the answer, and
+    is not checked there (see ``detector``, "Pull")."""
 
     TYPE: ClassVar[MsgType] = MsgType.PROBE
     nonce: int
@@ -228,7 +229,8 @@ class ProbeAck:
 
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """The ask stage: when did you last hear from ``member``?"""
+    """The ask stage: when did you last hear from ``member``? ``nonce`` is the
+    suspicion's; the reply does not echo it, and nothing reads it."""
 
     TYPE: ClassVar[MsgType] = MsgType.ASK
     member: int

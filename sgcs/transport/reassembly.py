@@ -8,8 +8,8 @@ in ``reliable.py``, unicast in ``unicast.py``) hand records over in sequence
 order, so each sender has at most one message under reassembly per stream,
 and only senders of a fragmented message need this state at all.
 
-Two caps bound what a sender that never ends its message can make us hold
-(issue 8, "bounded resources"):
+Two caps bound what a sender that never ends its message can make us hold,
+so that no peer, faulty or malicious, can grow our memory without limit:
 
 * **Size.** Once the fragments held exceed ``max_message`` bytes (more than any
   correct sender cuts, since sends are refused past it), the partial message

@@ -19,13 +19,14 @@ Range = tuple[int, int]
 """Inclusive range of sequence numbers."""
 
 MORE_FRAGMENTS = 1
+"""Record flag: the next record of this sender continues the same message."""
 OPTIMISTIC = 2
 """Record flag: sent during a view change, under an optimistic view; no member
 delivers it before that change is installed. Bits 2 to 7 then hold the
 proposed epoch modulo 64, which tells a receiver whether the change it belongs
 to is already installed there."""
 EPOCH_SHIFT = 2
-"""Record flag: the next record of this sender continues the same message."""
+"""Position of an optimistic record's epoch (modulo 64) in its flags."""
 
 
 class Record(NamedTuple):

@@ -391,9 +391,10 @@ class ReliableStream:
 
     def _take_acks(self, limit: int) -> tuple[Ack, ...]:
         """Up to ``limit`` pending ACK entries, lowest senders first; the rest
-        ride on the next record. Causal and total order (ordering issue) need a
-        message to list every ACK gathered before it: they must not leave
-        entries behind (e.g. send an ACK-only record first when over the cap)."""
+        ride on the next record. The ordered deliveries (``sgcs.ordering``)
+        need a message to list every ACK gathered before it (its causal past),
+        so ordered groups raise the limit out of reach (``GroupStack``); only
+        FIFO groups leave entries behind."""
         acks = tuple(sorted(self._dirty.items())[:limit])
         if len(acks) == len(self._dirty):
             self._dirty.clear()
@@ -890,6 +891,8 @@ class ReliableStream:
     # ------------------------------------------------------------------ stability
 
     def stable(self, sender: int) -> int:
+        """The highest record of ``sender`` collected here as stable (0: none);
+        for inspection (``benchmarks/stability_rounds.py``), not the protocol."""
         return self._stable.get(sender, 0)
 
     def _collect_garbage(self) -> None:

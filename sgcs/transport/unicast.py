@@ -1,4 +1,4 @@
-"""Reliable unicast between two members of a group (issue: transport, point 7).
+"""Reliable unicast between two members of a group.
 
 Theory of operation
 -------------------

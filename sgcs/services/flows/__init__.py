@@ -1,5 +1,5 @@
 """Content-based subscriptions and information flow graphs with catch-up
-(issue 19, after IBM's Gryphon), on sgcs's public API. See docs/flows.md.
+(after IBM's Gryphon), on sgcs's public API. See docs/flows.md.
 
 The language and the pure pieces (schemas, parser, evaluator, graph, R1-R3
 compiler, collapse and expand engines, the sans-I/O ``FlowEngine``) need

@@ -1,7 +1,8 @@
 """The flow member as a state machine: content-based delivery, state transfer, catch-up.
 
 Theory of operation (Gryphon's brokers, on sgcs groups instead of a broker
-network; issue 19, build items 3, 5 and 6). The engine is sans-I/O: the trio
+network: content-based delivery, state transfer for joiners and durable
+subscriptions; docs/flows.md). The engine is sans-I/O: the trio
 shell (``service.py``) feeds it deliveries, views and the clock, and carries
 out what it returns (``Multicast``, ``Unicast``, ``Deliver``, ``Ready``,
 ``Persist``).

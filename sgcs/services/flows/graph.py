@@ -15,7 +15,7 @@ rule type-checks against both schemas; a state has exactly one in-arc, a
 collapse; an expand writes the schema its state's collapse reads; the graph
 is acyclic.
 
-Order (issue 19, build item 2): ``order_for(root)`` chooses the sgcs order of
+Order: ``order_for(root)`` chooses the sgcs order of
 the group that carries a root: a collapse downstream distinguishes the order
 of events per key, and events of one key may come from several publishers;
 sgcs has no per-key order, so that group is TOTAL. Otherwise (selects and

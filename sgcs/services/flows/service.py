@@ -1,6 +1,7 @@
 """Flows on real sockets: the trio shell around :class:`FlowEngine`.
 
-Theory of operation (issue 19, build items 3, 5, 6): one ``FlowService`` per
+Theory of operation (content-based delivery, state transfer for joiners and
+durable subscriptions; docs/flows.md): one ``FlowService`` per
 node joins the sgcs group of each root group of the graph, with the order the
 graph asks for (``FlowGraph.order_for``: TOTAL where a collapse is
 downstream). A receive task per group hands each batch of deliveries and

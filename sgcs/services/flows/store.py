@@ -1,6 +1,7 @@
 """Durable subscription state in SQLite (stdlib ``sqlite3``, WAL).
 
-Theory of operation (issue 19, build item 6, "durable subscriptions"): the
+Theory of operation (durable subscriptions; docs/flows.md, "State transfer and
+durable subscriptions"): the
 state a durable subscriber last held lives *with the subscriber*, in its own
 SQLite file: one row per ``(space, predicate, key)``. The shell stores the
 rows a batch of deliveries changed before it reads the next batch, so after

@@ -1,4 +1,4 @@
-"""A blocking facade over ADS modules, for programs that do not use trio (issue 18).
+"""A blocking facade over ADS modules, for programs that do not use trio (docs/handles.md).
 
 Theory of operation
 -------------------

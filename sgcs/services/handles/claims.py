@@ -1,4 +1,4 @@
-"""Exclusive (single-TCD) receive across a group: the claim table (issue 18).
+"""Exclusive (single-TCD) receive across a group: the claim table (docs/handles.md).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""ADS modules and handles over an sgcs group (issue 18, the ADS middleware).
+"""ADS modules and handles over an sgcs group (the ADS middleware; docs/handles.md).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""Transaction codes and the frame that carries them (issue 18, the ADS middleware).
+"""Transaction codes and the frame that carries them (the ADS middleware; docs/handles.md).
 
 Theory of operation
 -------------------

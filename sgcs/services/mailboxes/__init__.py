@@ -1,4 +1,4 @@
-"""Mailboxes for migrating instances (issue 20): post offices per service
+"""Mailboxes for migrating instances (the migrating-workflow paper): post offices per service
 domain, source and active mailboxes, address books, friend domains, a
 migration handshake, and exactly-once in-order pull delivery, on sgcs's
 public API. See docs/mailboxes.md.

@@ -1,6 +1,7 @@
 """The paper's cost model, and a discrete-event check of it on the real post offices.
 
-Theory of operation (issue 20). A communication takes one of three paths:
+Theory of operation (equations (1) and (2), as docs/mailboxes.md rebuilds
+them, with q restored). A communication takes one of three paths:
 with probability rho1 the receiver runs in the sender's domain (the mail goes
 into its active mailbox at once); with probability rho2 it is in the sender
 domain's address book (one inter-domain mail); otherwise the home PO is asked
@@ -25,8 +26,8 @@ Equation (2), traffic per communication (every byte, intra or inter)::
 
 The last term of (2) is the factor q the printed paper lacks (without it,
 traffic fell as migration rose, against the paper's own conclusion). The
-paper itself was not at hand: the terms above are rebuilt from the issue's
-description and reproduce its worked example exactly (rho1 = rho2 = 0.1,
+paper itself was not at hand: the terms above are rebuilt from a summary of
+it (the project's task description) and reproduce its worked example exactly (rho1 = rho2 = 0.1,
 q = 0: T = 5.70, D = 10.2). Migration cost: C_mgt = (D_fri + 2) C_ctl
 (DEREG, HOME_UPDATE and one UPDATE per friend domain).
 

@@ -1,6 +1,6 @@
 """Mails, migrating-instance state and the post-office wire messages.
 
-Theory of operation (issue 20, after the Shandong migrating-workflow paper):
+Theory of operation (after the Shandong migrating-workflow paper; docs/mailboxes.md):
 an MI's name ``system|domain|host|id`` never changes; its *domain* part is the
 home post office, which keeps the MI's source mailbox (home record). A mail is
 identified end to end by ``(sender, receiver, seq)``, where ``seq`` counts the

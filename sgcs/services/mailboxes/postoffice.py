@@ -1,6 +1,6 @@
 """The post office: a sans-I/O state machine, one per service domain.
 
-Theory of operation (issue 20; the migrating-workflow paper's communication
+Theory of operation (the migrating-workflow paper's communication
 scheme, with its gaps closed):
 
 * **Source mailbox (home record).** The PO of the domain written in an MI's name

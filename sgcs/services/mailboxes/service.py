@@ -1,6 +1,6 @@
 """The post office on real sockets: trio shell around :class:`PostOffice`.
 
-Theory of operation (issue 20, build item 1): the post offices of one system
+Theory of operation (docs/mailboxes.md, "How it works"): the post offices of one system
 are the members of one sgcs group, ``mailboxes:<system>``; PO-to-PO messages
 are reliable unicasts inside it (``GroupHandle.send(payload, to=member)``).
 Each PO multicasts a hello ``(domain, incarnation)`` whenever the view changes

@@ -1,6 +1,6 @@
 """Durable post-office records in SQLite (stdlib ``sqlite3``, WAL).
 
-Theory of operation (issue 20, "a PO that crashes"): the post office's whole
+Theory of operation (how a post office survives a crash and restart): the post office's whole
 state is a set of records ``(table, key) -> JSON``. After each batch of inputs
 the shell commits the changed records in one transaction *before* any output
 leaves, so whatever another PO or a host was told (an acknowledgement, a

@@ -1,4 +1,4 @@
-"""``sgcs queue``: put, get, ls (and bind, unbind, purge) on a queue store (issue 18).
+"""``sgcs queue``: put, get, ls (and bind, unbind, purge) on a queue store (docs/queues.md).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""The queue manager: one per node, serving local and remote clients (issue 18).
+"""The queue manager: one per node, serving local and remote clients (docs/queues.md).
 
 Theory of operation
 -------------------

@@ -1,4 +1,5 @@
-"""A queue replicated on the members of a group through ordered delivery (issue 18, beyond both papers).
+"""A queue replicated on the members of a group through ordered delivery
+(beyond the message-queue paper; docs/queues.md).
 
 Theory of operation
 -------------------

@@ -1,4 +1,5 @@
-"""The queue store: named queues in one SQLite database (issue 18, "a queue manager per node").
+"""The queue store: named queues in one SQLite database (the message-queue
+paper's "queue manager per node"; docs/queues.md).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""The queue managers' messages, carried as sgcs payloads (issue 18).
+"""The queue managers' messages, carried as sgcs payloads (docs/queues.md).
 
 Theory of operation
 -------------------
