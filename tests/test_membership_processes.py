@@ -29,7 +29,8 @@ from sgcs.io.sockets import open_sockets
 from sgcs.io.trio_driver import TrioDriver
 from sgcs.wire import MsgType
 
-from membership_peer import Cluster, converge, free_udp_ports, kill_one, long_pause, short_pause
+from _net import free_udp_ports
+from membership_peer import Cluster, converge, kill_one, long_pause, short_pause
 
 SIZE = 8
 CONVERGE_TIMEOUT = 15.0
