@@ -2,8 +2,8 @@
 
 Imported by ``tests/conftest.py`` (the ``network`` fixture) and directly by
 modules and helper scripts (``membership_peer.py``) that need more than one
-network or extra fields; ``tests/`` is on ``sys.path`` because the conftest
-lives there (pytest's default ``prepend`` import mode)."""
+network or extra fields; ``tests/`` is on ``sys.path`` (``pythonpath`` in
+pyproject.toml's pytest section; for a script, its own directory)."""
 
 from __future__ import annotations
 
