@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -42,6 +40,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
+
+from _net import free_udp_ports, private_group
 
 HERE = Path(__file__).resolve().parent
 SECRET = "membership-process-test-secret"
@@ -190,18 +190,6 @@ def main() -> int:
 # ====================================================================== the harness
 
 
-def free_udp_ports(count: int) -> list[int]:
-    """Ports free right now (bound, then released together, so they differ)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 @dataclass
 class Peer:
     """One member process and the events it reported so far."""
@@ -283,11 +271,10 @@ class Cluster:
         self.close()
 
     def start(self) -> None:
-        rng = random.SystemRandom()
         *ports, multicast_port = free_udp_ports(self.size + 1)
         if self.ports is not None:
             ports = list(self.ports)
-        multicast_group = f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+        multicast_group = private_group()
         self.started = self.mark(f"start {self.size} members, multicast {multicast_group}:{multicast_port}")
         for node_id, port in enumerate(ports, start=1):
             self.peers[node_id] = self._spawn(node_id, port, multicast_group, multicast_port)

@@ -4,8 +4,6 @@ between two real nodes on loopback."""
 
 from __future__ import annotations
 
-import random
-import socket
 from typing import Any
 
 import pytest
@@ -97,22 +95,12 @@ def test_driver_routes_every_app_event_to_the_group_queue() -> None:
 # ------------------------------------------------------------- real sockets
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def make_config(name: str, network: dict[str, Any]) -> sgcs.Config:
     return sgcs.Config(name=name, secret=SECRET, beacon_interval=0.1, **network)
 
 
-async def test_view_change_names_the_member_that_joined() -> None:
-    rng = random.SystemRandom()
-    network = {
-        "multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}",
-        "multicast_port": free_udp_port(),
-    }
+@pytest.mark.integration
+async def test_view_change_names_the_member_that_joined(network: dict[str, Any]) -> None:
     public = (sgcs.Delivery, sgcs.ViewChange, sgcs.OptimisticView, sgcs.Rollback, sgcs.MemberSuspected, sgcs.MemberBusy)
     async with sgcs.open_node(make_config("first", network)) as a, a.join("g") as ga:
         with trio.fail_after(WAIT):

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 import sgcs
-from test_trio_driver import delivery_of, make_config, network, view_with  # noqa: F401  (network: a fixture)
+from test_trio_driver import delivery_of, make_config, view_with
 
 WAIT = 10.0
 """Seconds any single wait may take before the test fails instead of hanging."""

@@ -4,33 +4,23 @@ outcome does not depend on discovery): order, counts and end of stream."""
 
 from __future__ import annotations
 
-import random
-import socket
-from typing import Any
 
 import pytest
 import trio
 
 import sgcs
 import sgcs.blocking
+from _net import private_multicast
 
 SECRET = b"batch-api-test-secret"
 WAIT = 20.0
-
-
-def network() -> dict[str, Any]:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    rng = random.SystemRandom()
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port}
 
 
 PAYLOADS = [b"m%04d" % i for i in range(500)]
 
 
 async def test_send_many_then_receive_many_deliver_every_payload_in_order() -> None:
-    config = sgcs.Config(name="batch", secret=SECRET, **network())
+    config = sgcs.Config(name="batch", secret=SECRET, **private_multicast())
     with trio.fail_after(WAIT):
         async with sgcs.open_node(config) as node, node.join("g", members=[]) as group:
             first = await group.receive_many()
@@ -47,7 +37,7 @@ async def test_send_many_then_receive_many_deliver_every_payload_in_order() -> N
 
 
 async def test_receive_many_rejects_a_limit_below_one_and_ends_with_the_stream() -> None:
-    config = sgcs.Config(name="batch", secret=SECRET, **network())
+    config = sgcs.Config(name="batch", secret=SECRET, **private_multicast())
     with trio.fail_after(WAIT):
         async with sgcs.open_node(config) as node, node.join("g", members=[]) as group:
             with pytest.raises(sgcs.UsageError, match="max_events"):
@@ -58,7 +48,7 @@ async def test_receive_many_rejects_a_limit_below_one_and_ends_with_the_stream()
 
 
 def test_blocking_send_many_and_receive_many() -> None:
-    config = sgcs.Config(name="batch", secret=SECRET, **network())
+    config = sgcs.Config(name="batch", secret=SECRET, **private_multicast())
     with sgcs.blocking.open_node(config) as node, node.join("g", members=[]) as group:
         group.send_many(PAYLOADS)
         got: list[bytes] = []

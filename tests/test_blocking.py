@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -29,22 +28,6 @@ WAIT = 20.0
 """Seconds any single wait may take before the test fails instead of hanging."""
 QUIET = 0.4
 """Seconds without a view event after which a group's membership counts as settled."""
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def network() -> dict[str, Any]:
-    """A multicast group and port of this test's own."""
-    rng = random.SystemRandom()
-    return {
-        "multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}",
-        "multicast_port": free_udp_port(),
-    }
 
 
 def make_config(network: dict[str, Any], name: str, **fields: Any) -> sgcs.Config:

@@ -7,16 +7,9 @@ older than ceil(log2 N) rounds. Small N only, simulated time only."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.claims import GOSSIP, LATENCY, dimensions, run_fd  # noqa: E402
+from benchmarks.claims import GOSSIP, LATENCY, dimensions, run_fd
 
 
 @pytest.fixture(scope="module", params=[8, 13, 64])

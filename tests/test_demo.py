@@ -44,6 +44,7 @@ def _member_children() -> list[int]:
     return found
 
 
+@pytest.mark.integration
 def test_three_members_one_killed_survivors_agree(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["demo", "--members", "3", "--duration", "6", "--plain"])
     out, err = capsys.readouterr()
@@ -59,6 +60,7 @@ def test_three_members_one_killed_survivors_agree(capsys: pytest.CaptureFixture[
     assert _member_children() == []
 
 
+@pytest.mark.integration
 def test_trace_records_every_member_and_the_kill_as_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("pyarrow")
     from simulations import checks

@@ -26,6 +26,7 @@ def _section(title: str) -> str:
     return README[start:] if end < 0 else README[start:end]
 
 
+@pytest.mark.integration
 def test_quick_start_program_runs_and_delivers_its_own_message() -> None:
     block = re.search(r"```python\n(.*?)```", _section("Quick start"), re.S)
     assert block is not None, "the quick start has a python block"

@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import os
 import queue
-import random
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +28,8 @@ import trio.testing
 
 import sgcs
 from sgcs.chat import SECRET_ENV, ChatMember, LineReader, printable, resolve_secret
+
+from _net import free_udp_port, private_group
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -160,17 +160,10 @@ class Chat:
             self.process.wait(timeout=WAIT)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def chats() -> Iterator[list[Chat]]:
     """Three chat members (ann, ben, cat) on a multicast group and port of this test's own."""
-    rng = random.SystemRandom()
-    network = {"group": f"239.255.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}", "port": str(free_port())}
+    network = {"group": private_group(), "port": str(free_udp_port())}
     members: list[Chat] = []
     try:
         for name in ("ann", "ben", "cat"):  # one after the other, as people arrive
@@ -252,7 +245,7 @@ def test_the_secret_comes_from_the_option_then_the_environment(monkeypatch: pyte
 def test_the_demo_secret_comes_with_a_warning_and_trace_records_the_run(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key != SECRET_ENV}
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "sgcs.cli", "chat", "room", "--multicast-port", str(free_port()),
+    done = subprocess.run([sys.executable, "-m", "sgcs.cli", "chat", "room", "--multicast-port", str(free_udp_port()),
                            "--trace", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=EXAMPLE_TIMEOUT,
                           stdin=subprocess.DEVNULL, env=env)  # end of input at once: join, then leave
     assert done.returncode == 0, done.stderr

@@ -75,6 +75,7 @@ def test_node_target_reaches_protocol_logic() -> None:
         assert h.node.statistics().drop_reasons == {"length": 1, "replay": 1}
 
 
+@pytest.mark.integration
 def test_short_atheris_run(tmp_path: Path) -> None:
     pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris): no coverage-guided run")
     result = subprocess.run([sys.executable, str(RUN), "--engine", "atheris", "--target", "node", "--inputs",

@@ -6,8 +6,6 @@ kind from benchmarks/flood.py checks that the heap stays bounded."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,11 +22,7 @@ from sgcs.transport.unicast import UnicastStreams
 from sgcs.membership.messages import Propose, decode_untrusted
 from sgcs.wire import MsgType
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import flood  # noqa: E402
+from benchmarks import flood
 
 WINDOW = 32
 PARAMS = TransportParams(fragment_size=10, window_max=WINDOW, max_message=100, reassembly_timeout=5.0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import membership  # noqa: E402
-from sgcs.trace import events_schema  # noqa: E402
+from benchmarks import membership
+from sgcs.trace import events_schema
 
 SCHEMA = events_schema()
 

@@ -29,13 +29,15 @@ from sgcs.io.sockets import open_sockets
 from sgcs.io.trio_driver import TrioDriver
 from sgcs.wire import MsgType
 
-from membership_peer import Cluster, converge, free_udp_ports, kill_one, long_pause, short_pause
+from _net import free_udp_ports
+from membership_peer import Cluster, converge, kill_one, long_pause, short_pause
 
 SIZE = 8
 CONVERGE_TIMEOUT = 15.0
 """Seconds eight members may take to agree on one view of everyone."""
 KILL_TIMEOUT = 5.0
-"""Seconds the survivors may take to exclude a killed member (the target is under 1 s)."""
+"""Seconds the survivors may take to exclude a killed member: a failure guard;
+how long it takes is measured by ``benchmarks/membership_processes.py``."""
 REJOIN_TIMEOUT = 15.0
 VICTIM = 4
 
@@ -46,31 +48,24 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield running
 
 
-def converged(cluster: Cluster) -> float:
-    took = converge(cluster, CONVERGE_TIMEOUT)
-    assert took is not None, (
+def converged(cluster: Cluster) -> None:
+    assert converge(cluster, CONVERGE_TIMEOUT) is not None, (
         f"the {SIZE} members did not agree on one view of all within {CONVERGE_TIMEOUT} s\n{cluster.timeline()}"
     )
-    return took
 
 
 def test_eight_members_converge_to_one_view(cluster: Cluster) -> None:
-    took = converged(cluster)
-    print(f"{SIZE} members agreed on one view {took:.2f} s after starting")
+    converged(cluster)
     ready = [e for peer in cluster.peers.values() for e in peer.events if e.get("event") == "ready"]
     assert len(ready) == SIZE
 
 
-def test_killed_member_is_excluded(cluster: Cluster, record_property: Any) -> None:
+def test_killed_member_is_excluded(cluster: Cluster) -> None:
     converged(cluster)
-    took = kill_one(cluster, VICTIM, KILL_TIMEOUT)
-    assert took is not None, (
+    assert kill_one(cluster, VICTIM, KILL_TIMEOUT) is not None, (
         f"the {SIZE - 1} survivors did not all install the view without killed member {VICTIM} "
         f"within {KILL_TIMEOUT} s\n{cluster.timeline()}"
     )
-    record_property("kill_to_view_seconds", took)
-    print(f"kill -9 to the last survivor's view without it: {took:.3f} s (target < 1 s)")
-    assert took < KILL_TIMEOUT
 
 
 def test_short_pause_excludes_nobody(cluster: Cluster) -> None:
@@ -93,8 +88,6 @@ def test_long_pause_excludes_then_readmits(cluster: Cluster) -> None:
         f"member {VICTIM} was not back in one view with all {SIZE} members {REJOIN_TIMEOUT} s after "
         f"SIGCONT\n{cluster.timeline()}"
     )
-    print(f"stopped member excluded after {outcome.excluded_after:.2f} s, "
-          f"readmitted {outcome.readmitted_after:.2f} s after SIGCONT")
 
 
 # ---------------------------------------------------------------------- ICMP in the driver

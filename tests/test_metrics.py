@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 import sgcs  # noqa: E402
 from sgcs import metrics  # noqa: E402
-from test_trio_driver import delivery_of, make_config, network, view_with  # noqa: E402, F401  (network: a fixture)
+from test_trio_driver import delivery_of, make_config, view_with  # noqa: E402
 
 WAIT = 10.0
 """Seconds any single wait may take before the test fails instead of hanging."""

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import pytest
 
 import netns
-from sgcs.members import private_network
+from _net import private_group, free_udp_port
 from test_real_traces import MEMBERS, VICTIM, five_members_with_a_kill
 
 HOST_OF = {1: 0, 2: 0, 3: 1, 4: 1, 5: 2}
@@ -62,7 +62,7 @@ def test_five_members_on_three_hosts_total_order_with_a_kill_leave_a_clean_trace
         peers = json.dumps([f"{address[i]}:{PORT + i}" for i in sorted(HOST_OF)])
         for i in HOST_OF:
             settings[i] += ["use_multicast=false", f"peers={peers}"]
-    group, port = private_network()
+    group, port = private_group(), free_udp_port()
     crossing = {(a, b): hosts.multicast_reaches(a, b, group, port) for a, b in ((0, 1), (1, 2), (2, 0))}
     assert set(crossing.values()) == {transport == "multicast"}, f"multicast between hosts: {crossing}"
 

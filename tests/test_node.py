@@ -19,6 +19,8 @@ from sgcs.node import Node
 from sgcs.transport.records import Record
 from sgcs.wire import Flag, MsgType, derive_key, encode_records, group_tag, seal
 
+from _memnet import MemoryNetwork
+
 CONFIG = Config(secret=b"node-test-secret")
 
 
@@ -104,29 +106,14 @@ def test_unicast_goes_to_the_member_only() -> None:
 
 
 def pump(nodes: dict[int, Node], actions: dict[int, list], now: float, until: float, step: float = 0.01) -> list:
-    """A lossless network: deliver every datagram at once and run timers until
-    ``until``. Returns every action the nodes produced."""
-    seen: list = []
-    queue = [(i, a) for i, acts in actions.items() for a in acts]
-    while True:
-        while queue:
-            src, action = queue.pop(0)
-            seen.append(action)
-            if isinstance(action, Multicast):
-                targets = [n for n in sorted(nodes) if n != src]
-            elif isinstance(action, Send):
-                targets = [action.dst] if action.dst in nodes else []
-            else:
-                continue
-            for dst in targets:
-                queue += [(dst, a) for a in nodes[dst].handle_datagram(src, action.data, now)]
-        if now >= until:
-            return seen
-        now = round(now + step, 6)
-        for i, node in sorted(nodes.items()):
-            deadline = node.next_deadline()
-            if deadline is not None and deadline <= now:
-                queue += [(i, a) for a in node.handle_timeout(now)]
+    """The lossless case of the shared in-memory network: submit ``actions``,
+    deliver every datagram at once and run timers until ``until``. Returns
+    every action the nodes produced."""
+    net = MemoryNetwork(nodes, now=now)
+    for node_id, acts in actions.items():
+        net.submit(node_id, acts)
+    net.run(until, step)
+    return net.seen
 
 
 def test_join_merges_singletons_and_leave_shrinks_the_view() -> None:

@@ -24,18 +24,13 @@ import pytest
 import trio
 
 import sgcs
-from sgcs.members import private_network
 from simulations import checks
 
+from _net import private_multicast
 from membership_peer import Cluster, converge
 
 SECRET = b"real-trace-test-secret"
 WAIT = 20.0
-
-
-def _private_multicast() -> dict[str, Any]:
-    group, port = private_network()
-    return {"multicast_group": group, "multicast_port": port}
 
 
 async def _exchange(node: sgcs.NodeHandle, others: int, count: int, order: str) -> list[tuple[int, int]]:
@@ -61,7 +56,7 @@ async def _exchange(node: sgcs.NodeHandle, others: int, count: int, order: str) 
 
 async def test_two_nodes_write_one_checkable_trace(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    network = _private_multicast()
+    network = private_multicast()
     results: dict[int, list[tuple[int, int]]] = {}
 
     async def member(node_id: int) -> None:
@@ -93,7 +88,7 @@ async def test_two_nodes_write_one_checkable_trace(tmp_path: Path) -> None:
 async def test_members_opening_one_fresh_directory_at_once_share_it(tmp_path: Path) -> None:
     """Three nodes of one process open the run together (the first creates
     meta.json, the others must not take its work files for a foreign trace)."""
-    network = _private_multicast()
+    network = private_multicast()
 
     async def member(node_id: int) -> None:
         config = sgcs.Config(secret=SECRET, node_id=node_id, **network)
@@ -113,7 +108,7 @@ async def test_members_opening_one_fresh_directory_at_once_share_it(tmp_path: Pa
 
 async def test_trace_directory_of_a_simulation_is_refused(tmp_path: Path) -> None:
     (tmp_path / "meta.json").write_text(json.dumps({"schema": 1, "scenario": {"groups": []}}))
-    config = sgcs.Config(secret=SECRET, **_private_multicast())
+    config = sgcs.Config(secret=SECRET, **private_multicast())
     with pytest.raises(sgcs.UsageError, match="simulated trace"):
         async with sgcs.open_node(config, trace=tmp_path):
             pass

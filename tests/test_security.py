@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 import sgcs
 from sgcs.actions import Deliver, Multicast, Send
 from sgcs.config import Config
-from sgcs.members import private_network
 from sgcs.node import Node
 from sgcs.security import ReplayWindow, Sealer
 from sgcs.wire import Flag, MsgType, encode_leave, LeaveMsg
+
+from _net import private_multicast
 
 SECRET = b"security-test-secret"
 PAYLOAD = b"attack at dawn #%d"
@@ -170,9 +171,9 @@ def test_replay_state_is_capped_at_max_senders() -> None:
 WAIT = 3.0
 
 
+@pytest.mark.integration
 async def test_a_keyless_node_cannot_join_and_the_view_is_untouched() -> None:
-    address, port = private_network()
-    network = {"multicast_group": address, "multicast_port": port, "beacon_interval": 0.1}
+    network = private_multicast(beacon_interval=0.1)
     views: dict[str, list[tuple[int, ...]]] = {"a": [], "b": [], "outsider": []}
     stats: dict[str, sgcs.NodeStatistics] = {}
 

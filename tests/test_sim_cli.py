@@ -84,6 +84,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert caught.value.code == 0 and __version__ in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_console_entry_point_in_a_subprocess(tmp_path: Path) -> None:
     bad = _write(tmp_path, GOOD + "[network]\nloss = 2.0\n")
     run = subprocess.run(

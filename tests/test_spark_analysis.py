@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,10 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-import spark_traces  # noqa: E402 (tests/ is on sys.path)
+import spark_traces  # noqa: E402 (after the importorskip)
 
 from sgcs.cli import main  # noqa: E402
 from simulations import checks  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 SCENARIO = """
 seed = 3

@@ -149,6 +149,7 @@ def test_log_fit_recovers_its_coefficients_and_constant_data_has_no_r2() -> None
 # ------------------------------------------------------------------ end to end
 
 
+@pytest.mark.integration
 def test_small_sweep_on_local_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """tiny.toml's grid plus N=12, whose run directory is blocked: it fails alone, the rest is analysed."""
     sweep = tmp_path / "sweep.toml"

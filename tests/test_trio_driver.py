@@ -21,6 +21,7 @@ import pytest
 import trio
 
 import sgcs
+from _net import free_udp_ports
 from sgcs.transport.records import Record
 from sgcs.wire import Flag, MsgType, derive_key, encode_records, group_tag, seal
 
@@ -28,25 +29,6 @@ SECRET = b"trio-driver-test-secret"
 WAIT = 10.0
 """Seconds any single wait may take before the test fails instead of hanging."""
 HERE = Path(__file__).resolve().parent
-
-
-def free_udp_ports(count: int = 1) -> list[int]:
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-@pytest.fixture
-def network() -> dict[str, object]:
-    """A multicast group and port of this test's own."""
-    rng = random.SystemRandom()
-    (port,) = free_udp_ports()
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port}
 
 
 def make_config(network: dict[str, object], name: str, **fields: object) -> sgcs.Config:

@@ -7,7 +7,6 @@ at most 2 events per changed issue."""
 from __future__ import annotations
 
 import random
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 import trio
 
 import sgcs
+from _net import private_multicast
 from sgcs.services.flows import FlowGraph, open_flows, wire
 from sgcs.services.flows.engine import Phase
 from sgcs.services.flows.service import FlowService
@@ -57,15 +57,6 @@ transform = "[issue:i, price:p, volume:v] -> [name: NAS(i), price: p, value: p *
 """
 
 
-def network() -> dict[str, Any]:
-    rng = random.SystemRandom()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port,
-            "beacon_interval": 0.1}
-
-
 def config(name: str, net: dict[str, Any]) -> sgcs.Config:
     return sgcs.Config(name=name, secret=SECRET, **net)
 
@@ -78,7 +69,7 @@ async def until_members(flows: FlowService, count: int) -> None:
 
 
 async def test_content_based_delivery_filters_at_the_publisher() -> None:
-    net, graph = network(), FlowGraph.from_toml(FEED)
+    net, graph = private_multicast(beacon_interval=0.1), FlowGraph.from_toml(FEED)
     async with sgcs.open_node(config("pub", net)) as np, open_flows(np, graph) as pub, \
             sgcs.open_node(config("a", net)) as na, open_flows(na, graph) as a, \
             sgcs.open_node(config("b", net)) as nb, open_flows(nb, graph) as b:
@@ -124,7 +115,7 @@ async def _quiet(pause: dict[str, Any]) -> None:
 
 
 async def test_twenty_joins_during_a_stream_get_the_state_without_gap_or_duplicate() -> None:
-    net, graph = network(), FlowGraph.from_toml(GRAPH)
+    net, graph = private_multicast(beacon_interval=0.1), FlowGraph.from_toml(GRAPH)
     sent: list[tuple[Any, ...]] = []
     transfers = 0
     async with sgcs.open_node(config("keeper", net)) as nk, open_flows(nk, graph, keeper=True) as keeper, \
@@ -155,7 +146,7 @@ async def test_twenty_joins_during_a_stream_get_the_state_without_gap_or_duplica
 
 
 async def test_a_durable_subscriber_catches_up_by_expansion(tmp_path: Path) -> None:
-    net, graph = network(), FlowGraph.from_toml(GRAPH)
+    net, graph = private_multicast(beacon_interval=0.1), FlowGraph.from_toml(GRAPH)
     predicate = 'issue < "I050"'  # 50 issues of 200
     rng = random.Random(3)
     async with sgcs.open_node(config("keeper", net)) as nk, open_flows(nk, graph, keeper=True) as keeper, \
@@ -206,7 +197,7 @@ def test_phases_have_names() -> None:
 
 def test_the_blocking_facade(tmp_path: Path) -> None:
     from sgcs.services.flows.blocking import open_blocking_flows
-    net, graph = network(), FlowGraph.from_toml(GRAPH)
+    net, graph = private_multicast(beacon_interval=0.1), FlowGraph.from_toml(GRAPH)
     with open_blocking_flows(config("keeper", net), graph, keeper=True) as keeper, \
             open_blocking_flows(config("sub", net), graph, store=tmp_path / "sub.db") as sub:
         prices = sub.subscribe("prices", 'issue = "IBM"', durable=True)

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import random
-import socket
 import time
 
 import pytest
 
 import sgcs
+from _net import private_multicast
 from sgcs.services.handles import Data, ExclusiveRefused
 from sgcs.services.handles.blocking import attach
 
 SECRET = b"blocking handles secret"
 
 
-def network() -> dict[str, object]:
-    rng = random.SystemRandom()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port,
-            "beacon_interval": 0.1}
-
-
 def test_blocking_modules_send_receive_and_refuse_a_second_exclusive_claim() -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     with attach(sgcs.Config(name="a", secret=SECRET, **net), "field") as a, \
             attach(sgcs.Config(name="b", secret=SECRET, **net), "field") as b:
         deadline = time.monotonic() + 20

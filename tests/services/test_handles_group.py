@@ -6,9 +6,7 @@ SIGKILL, which frees the code), and survival signals on the handles."""
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,20 +17,12 @@ import pytest
 import trio
 
 import sgcs
+from _net import private_multicast
 from sgcs.services.handles import Data, ExclusiveRefused, NodeEvent, attach
 
 SECRET = b"handles test secret!"
 WAIT = 20.0
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def network() -> dict[str, Any]:
-    rng = random.SystemRandom()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port,
-            "beacon_interval": 0.1}
 
 
 def config(name: str, net: dict[str, Any], **extra: Any) -> sgcs.Config:
@@ -46,7 +36,7 @@ async def until_members(module: Any, count: int) -> None:
 
 
 async def test_codes_filter_and_p2p_and_targeted_multicast() -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("a", net)) as na, attach(na, "field") as a, \
             sgcs.open_node(config("b", net)) as nb, attach(nb, "field") as b:
         await until_members(a, 2)
@@ -71,7 +61,7 @@ async def test_codes_filter_and_p2p_and_targeted_multicast() -> None:
 
 
 async def test_urgent_data_overtakes_bulk_waiting_behind_the_flow_window() -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("a", net, window_max=16)) as na, attach(na, "field") as a, \
             sgcs.open_node(config("b", net, window_max=16)) as nb, attach(nb, "field") as b:
         await until_members(a, 2)
@@ -100,7 +90,7 @@ async def test_urgent_data_overtakes_bulk_waiting_behind_the_flow_window() -> No
 
 
 async def test_exclusive_receive_in_one_process_and_release_on_close() -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("a", net)) as na, attach(na, "field") as a, \
             sgcs.open_node(config("b", net)) as nb, attach(nb, "field") as b:
         await until_members(a, 2)
@@ -136,7 +126,7 @@ PEER = textwrap.dedent("""
 
 
 async def test_exclusive_receive_across_two_processes_and_kill_frees_it() -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     async with sgcs.open_node(config("me", net)) as node, attach(node, "field") as me:
         peer = subprocess.Popen([sys.executable, "-c", PEER, net["multicast_group"], str(net["multicast_port"])],

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +14,6 @@ from sgcs.services.mailboxes.postoffice import Settings
 from sgcs.services.mailboxes.service import PostOfficeService, open_post_office
 
 WAIT = 20.0
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def network() -> dict[str, Any]:
-    rng = random.SystemRandom()
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}",
-            "multicast_port": free_udp_port()}
 
 
 def config(network: dict[str, Any], name: str) -> sgcs.Config:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from sgcs.cli import main
+
+from _net import private_multicast
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,11 +78,8 @@ MANAGER = textwrap.dedent("""
 
 
 def test_put_and_get_through_a_remote_manager(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rng = random.SystemRandom()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    group = f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+    network = private_multicast()
+    group, port = network["multicast_group"], network["multicast_port"]
     toml = tmp_path / "node.toml"
     toml.write_text(f'name = "cli"\nsecret = "cli test secret!"\nmulticast_group = "{group}"\n'
                     f"multicast_port = {port}\nbeacon_interval = 0.1\n")

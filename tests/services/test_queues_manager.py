@@ -5,8 +5,6 @@ manager from its SQLite file."""
 
 from __future__ import annotations
 
-import random
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sgcs
+from _net import private_multicast
 from sgcs.errors import DecodeError
 from sgcs.services.queues import wire
 from sgcs.services.queues.manager import open_queue_manager
@@ -23,15 +22,6 @@ from sgcs.services.queues.store import Forwarded
 
 SECRET = b"queues test secret!!"
 WAIT = 20.0
-
-
-def network() -> dict[str, Any]:
-    rng = random.SystemRandom()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port,
-            "beacon_interval": 0.1}
 
 
 def config(name: str, net: dict[str, Any]) -> sgcs.Config:
@@ -78,7 +68,7 @@ async def until_known(manager: Any, *names: str) -> None:
 
 
 async def test_store_and_forward_then_remote_get_in_priority_order(tmp_path: Path) -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(nb, "b", path=tmp_path / "b.db",
                                                                           audit=True) as b, \
             sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db") as a:
@@ -107,7 +97,7 @@ async def test_store_and_forward_then_remote_get_in_priority_order(tmp_path: Pat
 
 
 async def test_long_poll_and_missing_queue(tmp_path: Path) -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(nb, "b", path=tmp_path / "b.db") as b, \
             sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a") as a:
         b.bind("q", durable=False)
@@ -137,7 +127,7 @@ async def test_long_poll_and_missing_queue(tmp_path: Path) -> None:
 
 
 async def test_a_consumer_that_leaves_without_ack_gets_its_messages_redelivered(tmp_path: Path) -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(nb, "b", path=tmp_path / "b.db") as b:
         b.bind("q")
         await b.put_many("q", [(b"one", 1), (b"two", 1)])
@@ -155,7 +145,7 @@ async def test_a_consumer_that_leaves_without_ack_gets_its_messages_redelivered(
 
 
 async def test_forwarding_resumes_after_the_receiver_restarts(tmp_path: Path) -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db",
                                                                           retry=0.3) as a:
         await a.put_many("q@b", [(b"%d" % i, 0) for i in range(200)])  # b does not exist yet
@@ -180,7 +170,7 @@ async def test_forwarding_resumes_after_the_receiver_restarts(tmp_path: Path) ->
 
 
 async def test_a_full_remote_queue_pushes_back_and_nothing_is_lost(tmp_path: Path) -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(
             nb, "b", path=tmp_path / "b.db", max_depth=50, audit=True) as b, \
             sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db",

@@ -5,9 +5,7 @@ back; the op codec refuses garbage."""
 from __future__ import annotations
 
 import random
-import socket
 from contextlib import AsyncExitStack
-from typing import Any
 
 import pytest
 import trio
@@ -15,20 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sgcs
+from _net import private_multicast
 from sgcs.errors import DecodeError
 from sgcs.services.queues.replicated import decode_op_untrusted, open_replicated_queue
 
 SECRET = b"replicated test secret"
 WAIT = 20.0
-
-
-def network() -> dict[str, Any]:
-    rng = random.SystemRandom()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    return {"multicast_group": f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}", "multicast_port": port,
-            "beacon_interval": 0.1}
 
 
 @given(st.binary(max_size=60))
@@ -40,7 +30,7 @@ def test_ops_decode_or_raise_decode_error(data: bytes) -> None:
 
 
 async def test_three_replicas_apply_the_same_puts_gets_and_acks() -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with AsyncExitStack() as stack:
         replicas = []
         for i in range(3):
@@ -73,7 +63,7 @@ async def test_three_replicas_apply_the_same_puts_gets_and_acks() -> None:
 
 
 async def test_leases_of_a_member_that_leaves_are_released_everywhere() -> None:
-    net = network()
+    net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(sgcs.Config(name="a", secret=SECRET, **net)) as na, \
             open_replicated_queue(na, "jobs") as a, \
             sgcs.open_node(sgcs.Config(name="b", secret=SECRET, **net)) as nb, \
