@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-``run_demo`` starts N member processes (``python -m sgcs.demo_member``, see
+``run_demo`` starts N member processes (``python -m sgcs.apps.demo_member``, see
 that module) on 127.0.0.1 with a multicast group and port of the run's own
-and a random secret (``sgcs.members``, shared with ``sgcs bench``). Member
+and a random secret (``sgcs.apps.members``, shared with ``sgcs bench``). Member
 ids are 1..N, so the log reads "m4 failed" rather than a 19-digit number;
 the coordinator of a view is its lowest id.
 
@@ -29,7 +29,7 @@ a log of events. The timeline, in seconds since the start:
 
 The verdict: success when the survivors all installed a view without the
 victim and agree on it (without a kill: when all members agree on the view
-of N). ``sgcs.demo_display`` draws the run: a rich live table on a terminal,
+of N). ``sgcs.apps.demo_display`` draws the run: a rich live table on a terminal,
 plain lines otherwise.
 """
 
@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import Order
+from ..config import Order
 from .demo_member import DemoSpec
-from .errors import UsageError
+from ..errors import UsageError
 from .members import KILL_GRACE, Child, Lines, private_network, release, spawn, stop_all
 
 MIN_MEMBERS, MAX_MEMBERS = 2, 16
@@ -191,7 +191,7 @@ class DemoRun:
         self.kill_t, self.victim, victim.killed = time.monotonic(), victim, True
         self.log(f"{victim.name} killed (SIGKILL) at {self.elapsed(self.kill_t):.1f} s")
         if self.options.trace is not None:
-            from .io.recorder import record_crash
+            from ..io.recorder import record_crash
 
             record_crash(self.options.trace, victim.node_id)
 
@@ -313,8 +313,8 @@ def run_demo(options: DemoOptions) -> DemoReport:
     from .demo_display import open_display, summary
 
     if options.trace is not None:
-        from .io.recorder import record_crash  # noqa: F401  loaded now, not at the kill
-        from .trace import pyarrow_modules
+        from ..io.recorder import record_crash  # noqa: F401  loaded now, not at the kill
+        from ..trace import pyarrow_modules
 
         pyarrow_modules()  # without pyarrow: a UsageError here, not an error in every member
         os.makedirs(options.trace, exist_ok=True)
@@ -327,7 +327,7 @@ def run_demo(options: DemoOptions) -> DemoReport:
             run = DemoRun(options, members, display.event)
             for index in range(options.members):
                 spec = DemoSpec(index, index + 1, options.order, options.rate, group, port, options.trace)
-                child = spawn("sgcs.demo_member", index, spec.to_json(), secret, lines)
+                child = spawn("sgcs.apps.demo_member", index, spec.to_json(), secret, lines)
                 members.append(DemoMember(index, *child, node_id=index + 1))
             _loop(run, lines, display.update)
             run.ended = time.monotonic()

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``open_display`` yields a ``Display`` with two callbacks that ``sgcs.demo``
+``open_display`` yields a ``Display`` with two callbacks that ``sgcs.apps.demo``
 calls: ``event(line)`` for each log line as it happens, and ``update(run)``
 every ``TICK`` seconds with the whole ``DemoRun``.
 
