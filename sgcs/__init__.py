@@ -12,6 +12,7 @@ from . import _compiled
 
 _compiled.install()  # before any compiled module is imported: compiled or sources, all or nothing
 
+from ._version import __version__
 from .config import Config, Order
 from .errors import DecodeError, SgcsError, UsageError, WouldBlock
 
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
         ViewChange,
         open_node,
     )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Config",
