@@ -13,9 +13,9 @@ minutes and 2 GB at its peak (N = 8192; 3 minutes of it).
 
 Theory of operation
 -------------------
-This module holds the CLI, the sizes of a run (``Plan``: ``QUICK``, ``FULL``),
-the orchestration of the claims and the rendering of the tables. The
-measuring is done elsewhere:
+This module holds the CLI, the orchestration of the claims and the rendering
+of the tables; the sizes of a run (``Plan``: ``QUICK``, ``FULL``) are in
+``benchmarks/claims_plan.py``. The measuring is done elsewhere:
 
 * ``benchmarks/claims_fd.py``: claims 1 to 3 on the real ``FailureDetector``
   objects, driven by a discrete-event round harness (``FdHarness``, ``run_fd``)
@@ -61,7 +61,6 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -69,6 +68,7 @@ if __name__ == "__main__":  # run as a script: the repository (benchmarks, simul
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.claims_fd import GOSSIP, LATENCY, dimensions, run_fd  # noqa: E402
+from benchmarks.claims_plan import FULL, QUICK, Plan  # noqa: E402
 from benchmarks.claims_sim import BIN_LABELS, claim_bimodal, claim_fd_sim, claim_suspicions_sim  # noqa: E402
 from sgcs.wire import MAX_HEARTBEAT_ENTRIES  # noqa: E402
 
@@ -78,32 +78,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # ---------------------------------------------------------------------- the claims
 
 
-@dataclass
-class Plan:
-    """Sizes of one invocation (``--quick`` or full)."""
-
-    quick: bool
-    lockstep_ns: tuple[int, ...]
-    other_ns: tuple[int, ...]
-    sweep: tuple[tuple[int, int, tuple[float, ...]], ...]
-    """(N, rounds, factors) of the false-suspicion sweeps."""
-    sim_fd: tuple[tuple[float, float], ...]
-    """(suspect_factor, loss) of the whole-node cross-checks (claims-fd-64.toml);
-    ``Config`` refuses a suspect_factor below 1, the harness takes any."""
-    sim_fd_duration: float
-    bimodal: tuple[tuple[str, float], ...]
-    """(claims-bimodal-*.toml variant, sender-side loss)."""
-    bimodal_duration: float | None
-
-
-FULL = Plan(False, (16, 24, 100, 256, 1000, 1024, 3000, 4096, 8192), (16, 100, 1000),
-            ((64, 300, (0.5, 0.75, 1.0, 1.5, 2.0)), (256, 150, (0.75, 1.0, 1.5, 2.0))),
-            ((1.0, 0.0), (1.5, 0.0), (1.0, 0.05), (1.5, 0.05), (2.0, 0.05)), 30.0,
-            (("gossip", 0.0), ("nack", 0.0), ("gossip", 0.3), ("nack", 0.3)), None)
-QUICK = Plan(True, (16, 24, 100, 256, 1000), (16, 100),
-             ((64, 150, (0.5, 0.75, 1.0, 1.5, 2.0)),),
-             ((1.0, 0.0), (1.0, 0.05)), 15.0,
-             (("gossip", 0.3), ("nack", 0.3)), 10.0)
 LOSSES = (0.0, 0.05)
 DEADLINES_ROUNDS = (0.5, 3, None, None)
 """Deadlines in gossip rounds; the Nones are ceil(log2 N) and 2 ceil(log2 N) rounds."""

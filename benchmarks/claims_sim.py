@@ -27,15 +27,13 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from benchmarks.claims_fd import GOSSIP, dimensions
+from benchmarks.claims_plan import Plan
 from sgcs.wire import MsgType
-
-if TYPE_CHECKING:
-    from benchmarks.claims import Plan
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "simulations" / "scenarios"
 

@@ -14,7 +14,7 @@ import argparse
 import statistics
 import timeit
 
-from sgcs.bench import BenchOptions, run_bench
+from sgcs.apps.bench import BenchOptions, run_bench
 from sgcs.security import Sealer
 from sgcs.wire import Flag, MsgType, decode_datagram_untrusted
 

@@ -91,7 +91,7 @@ def main(args: list[str]) -> int:
     everyone = [Member(name) for name in NAMES]
     try:
         if args:
-            from sgcs.chat import run_command  # what `sgcs chat` runs
+            from sgcs.apps.chat import run_command  # what `sgcs chat` runs
 
             return run_command(args[1], "chat", "total", secret=None, network={}, trace=None)
         trio.run(conversation, everyone)

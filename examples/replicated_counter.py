@@ -47,7 +47,7 @@ from functools import partial
 import trio
 
 import sgcs
-from sgcs.chat import LineReader
+from sgcs.apps.chat import LineReader
 
 SECRET_ENV = "COUNTER_SECRET"
 TIMEOUT = 30.0

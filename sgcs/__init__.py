@@ -2,6 +2,13 @@
 
 Processes join and leave named groups, multicast and unicast inside them, and
 are told of every membership change as a new view. See README.md.
+
+The public surface is what ``__all__`` names, plus three submodules:
+``sgcs.blocking`` (the same API for programs without trio), ``sgcs.metrics``
+(statistics in the Prometheus text format) and the services under
+``sgcs.services``. Everything else (the sans-I/O protocol core, the drivers in
+``sgcs.io``, the command-line apps in ``sgcs.apps``) is internal and may change
+without notice; docs/architecture.md draws the layers.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from . import _compiled
 
 _compiled.install()  # before any compiled module is imported: compiled or sources, all or nothing
 
+from ._version import __version__
 from .config import Config, Order
 from .errors import DecodeError, SgcsError, UsageError, WouldBlock
 
@@ -29,8 +37,6 @@ if TYPE_CHECKING:
         ViewChange,
         open_node,
     )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Config",

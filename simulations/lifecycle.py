@@ -24,22 +24,88 @@ The fault handlers, one per action (``FAULT_HANDLERS``):
 
 ``faultspec.check_timeline`` has already rejected faults that cannot apply, so
 a failed precondition here is a bug and raises.
+
+The seam: these functions act on a ``Host`` (and its groups, ``HostGroup``),
+the protocols below, which name exactly the parts of the simulator a
+lifecycle change may read or write. ``simulator.Simulator`` satisfies them
+and calls ``start_run`` and ``FAULT_HANDLERS``; this module never imports the
+simulator, so the two are not an import cycle, and a new lifecycle step that
+needs more of the simulator has to say so here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, Protocol
 
 from sgcs.actions import TraceEvent
+from sgcs.node import Node
+from sgcs.trace import EventsWriter
 
-from .engine import APP, BUCKET, FAULT, RESUME
+from .engine import APP, BUCKET, FAULT, RESUME, Engine
 from .faultspec import Fault, pending_nodes
+from .network import Network
+from .scenario import GroupSpec, Scenario
 
-if TYPE_CHECKING:
-    from .simulator import GroupState, Simulator
+
+class HostGroup(Protocol):
+    """One group as the simulator's network sees it (``simulator.GroupState``)."""
+
+    @property
+    def spec(self) -> GroupSpec: ...
+    @property
+    def rng(self) -> random.Random: ...
+    @property
+    def joined(self) -> set[int]:
+        """Nodes that are up and have joined: the group's listeners."""
+    def changed(self) -> None:
+        """``joined`` changed: drop what was derived from it."""
 
 
-def start_run(sim: "Simulator") -> None:
+class Host(Protocol):
+    """What a lifecycle change may touch in the simulator (``simulator.Simulator``).
+    Per-node lists are indexed by node id."""
+
+    @property
+    def scenario(self) -> Scenario: ...
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def network(self) -> Network: ...
+    @property
+    def events(self) -> EventsWriter: ...
+    @property
+    def net_bucket(self) -> float: ...
+    @property
+    def groups(self) -> Mapping[str, HostGroup]: ...
+    @property
+    def groups_of(self) -> Sequence[Sequence[HostGroup]]: ...
+    @property
+    def nodes(self) -> list[Node | None]: ...
+    @property
+    def incarnation(self) -> list[int]: ...
+    @property
+    def in_groups(self) -> list[bool]: ...
+    @property
+    def timer_at(self) -> list[float | None]: ...
+    @property
+    def paused_until(self) -> list[float]: ...
+    @property
+    def backlog(self) -> dict[int, list[tuple[int, bytes, str, int]]]: ...
+
+    def new_node(self, node_id: int) -> Node:
+        """Start the next incarnation of ``node_id``."""
+    def apply(self, node_id: int, actions: list[Any], now: float) -> None:
+        """Carry out a node's actions, then re-arm its timer."""
+    def local(self, node_id: int, t: float) -> float:
+        """Simulated time ``t`` on the node's own clock."""
+    def rearm(self, node_id: int, now: float) -> None: ...
+    def membership_changed(self) -> None:
+        """Some node went up, down, paused, joined or left."""
+
+
+def start_run(sim: Host) -> None:
     scenario, engine = sim.scenario, sim.engine
     k = 1
     while k * sim.net_bucket <= scenario.duration:
@@ -63,8 +129,8 @@ def start_run(sim: "Simulator") -> None:
             engine.schedule(group.rng.expovariate(group.spec.rate), APP, -1, group)
 
 
-def join_groups(sim: "Simulator", node_id: int, now: float,
-                members_of: Callable[["GroupState"], tuple[int, ...] | None]) -> None:
+def join_groups(sim: Host, node_id: int, now: float,
+                members_of: Callable[[HostGroup], tuple[int, ...] | None]) -> None:
     node = sim.nodes[node_id]
     if node is None:
         raise RuntimeError(f"node {node_id} must be up to join its groups")
@@ -77,13 +143,13 @@ def join_groups(sim: "Simulator", node_id: int, now: float,
     sim.rearm(node_id, now)
 
 
-def _discover(group: "GroupState") -> None:
+def _discover(group: HostGroup) -> None:
     """A node that starts or rejoins later is a singleton view that finds the
     group by beacons and merges with it (join = merge)."""
     return None
 
 
-def _crash(sim: "Simulator", fault: Fault, now: float) -> None:
+def _crash(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
         if sim.nodes[node_id] is None:
             raise RuntimeError(f"crash of node {node_id}, which is not up")
@@ -97,7 +163,7 @@ def _crash(sim: "Simulator", fault: Fault, now: float) -> None:
         sim.events.add(now, node_id, TraceEvent("crash"))
 
 
-def _recover(sim: "Simulator", fault: Fault, now: float) -> None:
+def _recover(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
         if sim.nodes[node_id] is not None or sim.incarnation[node_id] < 0:
             raise RuntimeError(f"recover of node {node_id}, which is not crashed")
@@ -108,7 +174,7 @@ def _recover(sim: "Simulator", fault: Fault, now: float) -> None:
         sim.membership_changed()
 
 
-def _join(sim: "Simulator", fault: Fault, now: float) -> None:
+def _join(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
         if sim.nodes[node_id] is None:
             if sim.incarnation[node_id] >= 0:
@@ -121,7 +187,7 @@ def _join(sim: "Simulator", fault: Fault, now: float) -> None:
         sim.membership_changed()
 
 
-def _leave(sim: "Simulator", fault: Fault, now: float) -> None:
+def _leave(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
         node = sim.nodes[node_id]
         if node is None or not sim.in_groups[node_id]:
@@ -134,7 +200,7 @@ def _leave(sim: "Simulator", fault: Fault, now: float) -> None:
         sim.membership_changed()
 
 
-def _pause(sim: "Simulator", fault: Fault, now: float) -> None:
+def _pause(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
         if sim.nodes[node_id] is None:
             raise RuntimeError(f"pause of node {node_id}, which is not up")
@@ -144,15 +210,15 @@ def _pause(sim: "Simulator", fault: Fault, now: float) -> None:
     sim.membership_changed()  # paused nodes cannot send
 
 
-def _partition(sim: "Simulator", fault: Fault, now: float) -> None:
+def _partition(sim: Host, fault: Fault, now: float) -> None:
     sim.network.partition(fault.components)
 
 
-def _heal(sim: "Simulator", fault: Fault, now: float) -> None:
+def _heal(sim: Host, fault: Fault, now: float) -> None:
     sim.network.heal()
 
 
-FAULT_HANDLERS: dict[str, Callable[["Simulator", Fault, float], None]] = {
+FAULT_HANDLERS: dict[str, Callable[[Host, Fault, float], None]] = {
     "crash": _crash,
     "recover": _recover,
     "join": _join,

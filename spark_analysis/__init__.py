@@ -14,5 +14,6 @@ views.py        view-change duration and blocked time
 occupancy.py    buffer and flow-window occupancy (stats/)
 report.py       ``sgcs analyze``: every job, report.md, metrics.json, plots.py's PNGs
 sweep.py        ``sgcs sweep``: a grid of simulations as Spark tasks, then load and
-                detection time against N
+                detection time against N; the sweep file (sweep_spec.py), the
+                analysis and fits (sweep_analysis.py), the report (sweep_report.py)
 """

@@ -1,4 +1,4 @@
-"""The body of ``sgcs analyze RUN... [--master URL] [--out DIR]`` (sgcs/cli.py only parses).
+"""The body of ``sgcs analyze RUN... [--master URL] [--out DIR]`` (sgcs/apps/cli.py only parses).
 
 Theory of operation
 -------------------

@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .sweep import LOAD_METRICS, _plain
+from .sweep_analysis import LOAD_METRICS, plain
 
 
 # ------------------------------------------------------------------ plots
@@ -251,7 +251,7 @@ def write_json(path: Path, value: Any) -> None:
             return {str(k): clean(v) for k, v in item.items()}
         if isinstance(item, (list, tuple)):
             return [clean(v) for v in item]
-        return _plain(item)
+        return plain(item)
 
     path.write_text(json.dumps(clean(value), indent=2) + "\n")
 

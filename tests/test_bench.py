@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from sgcs.cli import main
+from sgcs.apps.cli import main
 
 REPORT_KEYS = {
     "members", "messages", "size", "order", "rate_offered", "max_datagram", "delivered", "rates", "rate_median",

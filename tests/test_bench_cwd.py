@@ -1,6 +1,6 @@
 """`sgcs bench` works from any working directory.
 
-Its members start as ``python -m sgcs.bench_member``; by default ``python -m``
+Its members start as ``python -m sgcs.apps.bench_member``; by default ``python -m``
 puts the working directory first on ``sys.path``, so a stray ``attrs.py`` or
 ``trio.py`` there (a user's scratch file) used to replace the real library in
 every member and the run failed. This runs the command in a directory holding
@@ -22,7 +22,7 @@ def _sgcs_command() -> list[str]:
     script = Path(sys.executable).parent / "sgcs"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-P", "-m", "sgcs.cli"]
+    return [sys.executable, "-P", "-m", "sgcs"]
 
 
 def test_bench_runs_from_a_directory_with_shadowing_modules(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sgcs.cli import EXIT_USAGE, main
+from sgcs.apps.cli import EXIT_USAGE, main
 from sgcs.config import _RANGES, Config, Order
 from sgcs.errors import UsageError
 from sgcs.node import Node

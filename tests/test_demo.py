@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from sgcs.cli import main
-from sgcs.demo import DemoMember, DemoOptions, DemoRun
-from sgcs.demo_display import summary
+from sgcs.apps.cli import main
+from sgcs.apps.demo import DemoMember, DemoOptions, DemoRun
+from sgcs.apps.demo_display import summary
 
 
 def _exit_code(argv: list[str]) -> int:
@@ -39,7 +39,7 @@ def _member_children() -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rpartition(")")[2].split()[1])
-        if ppid == os.getpid() and b"sgcs.demo_member" in cmdline:
+        if ppid == os.getpid() and b"sgcs.apps.demo_member" in cmdline:
             found.append(int(entry.name))
     return found
 

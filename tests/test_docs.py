@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import sgcs
-from sgcs.cli import COMMANDS, main
+from sgcs.apps.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

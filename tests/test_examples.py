@@ -27,7 +27,7 @@ import pytest
 import trio.testing
 
 import sgcs
-from sgcs.chat import SECRET_ENV, ChatMember, LineReader, printable, resolve_secret
+from sgcs.apps.chat import SECRET_ENV, ChatMember, LineReader, printable, resolve_secret
 
 from _net import free_udp_port, private_group
 
@@ -85,7 +85,7 @@ class Chat:
     def __init__(self, name: str, network: dict[str, str]) -> None:
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sgcs.cli", "chat", "room", "--name", name,
+            [sys.executable, "-m", "sgcs", "chat", "room", "--name", name,
              "--multicast-group", network["group"], "--multicast-port", network["port"]],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
             env={**os.environ, SECRET_ENV: "test-examples chat secret"},
@@ -209,7 +209,7 @@ def test_chat_members_talk_list_the_view_whisper_and_leave(chats: list[Chat]) ->
 
 
 def test_chat_help_describes_the_command() -> None:
-    done = subprocess.run([sys.executable, "-m", "sgcs.cli", "chat", "--help"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "sgcs", "chat", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=EXAMPLE_TIMEOUT)
     assert done.returncode == 0
     assert "GROUP" in done.stdout and "--order" in done.stdout and "/who" in done.stdout
@@ -225,7 +225,7 @@ def test_chat_help_describes_the_command() -> None:
     ],
 )
 def test_chat_bad_input_exits_2_with_one_line(args: list[str], expected: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "sgcs.cli", "chat", "room", *args], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "sgcs", "chat", "room", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=EXAMPLE_TIMEOUT, stdin=subprocess.DEVNULL)
     assert done.returncode == 2
     assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -245,7 +245,7 @@ def test_the_secret_comes_from_the_option_then_the_environment(monkeypatch: pyte
 def test_the_demo_secret_comes_with_a_warning_and_trace_records_the_run(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key != SECRET_ENV}
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "sgcs.cli", "chat", "room", "--multicast-port", str(free_udp_port()),
+    done = subprocess.run([sys.executable, "-m", "sgcs", "chat", "room", "--multicast-port", str(free_udp_port()),
                            "--trace", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=EXAMPLE_TIMEOUT,
                           stdin=subprocess.DEVNULL, env=env)  # end of input at once: join, then leave
     assert done.returncode == 0, done.stderr

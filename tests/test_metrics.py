@@ -101,7 +101,7 @@ async def test_metrics_port_in_use_is_a_usage_error(network: dict[str, object]) 
 
 
 def test_sgcs_stats_serves_a_scrape_of_its_running_node(network: dict[str, object]) -> None:
-    command = [sys.executable, "-m", "sgcs.cli", "stats", "observed", "--metrics-port", "0", "--name", "watcher",
+    command = [sys.executable, "-m", "sgcs", "stats", "observed", "--metrics-port", "0", "--name", "watcher",
                "--secret", "stats-test-secret", "--multicast-group", str(network["multicast_group"]),
                "--multicast-port", str(network["multicast_port"])]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=ROOT)
@@ -125,7 +125,7 @@ def test_sgcs_stats_serves_a_scrape_of_its_running_node(network: dict[str, objec
 
 
 def test_sgcs_stats_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    from sgcs.cli import main
+    from sgcs.apps.cli import main
 
     assert main(["stats", "g", "--metrics-port", "70000"]) == 2
     assert main(["stats", "g", "--print", "-1"]) == 2

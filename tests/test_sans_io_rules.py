@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1] / "sgcs"
 IO_SHELL = {
     "io",  # the trio driver, sockets, the event queue
     "services",  # built on the public API, with their own I/O
-    "api.py", "blocking.py", "cli.py", "bench.py", "bench_member.py", "chat.py", "demo.py", "demo_display.py",
-    "demo_member.py", "members.py", "metrics.py", "stats.py",
+    "apps",  # the command-line apps: sgcs chat, demo, bench, stats and their member processes
+    "api.py", "blocking.py", "metrics.py", "__main__.py",
 }
 """The I/O edge and the applications. Everything else under sgcs/ is protocol:
 a new module is checked without being listed (a list once missed group.py)."""

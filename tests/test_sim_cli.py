@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sgcs import __version__
-from sgcs.cli import main
+from sgcs.apps.cli import main
 from sgcs.node import Node
 from simulations.simulator import SimulationBug
 
@@ -88,7 +88,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_console_entry_point_in_a_subprocess(tmp_path: Path) -> None:
     bad = _write(tmp_path, GOOD + "[network]\nloss = 2.0\n")
     run = subprocess.run(
-        [sys.executable, "-m", "sgcs.cli", "simulate", bad, "--out", str(tmp_path / "run")],
+        [sys.executable, "-m", "sgcs", "simulate", bad, "--out", str(tmp_path / "run")],
         capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=120,
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr

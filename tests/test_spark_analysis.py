@@ -22,7 +22,7 @@ pytest.importorskip("pyspark")
 
 import spark_traces  # noqa: E402 (after the importorskip)
 
-from sgcs.cli import main  # noqa: E402
+from sgcs.apps.cli import main  # noqa: E402
 from simulations import checks  # noqa: E402
 
 SCENARIO = """

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..actions import TraceEvent
 from ..config import Config
 from ..errors import UsageError

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from sgcs.cli import main
+from sgcs.apps.cli import main
 from sgcs.services.mailboxes.messages import Mail
 from simulations.mailboxes import MailboxSimulator
 from simulations.mailreport import Ledger, summarise

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sgcs.cli import main
+from sgcs.apps.cli import main
 
 from _net import private_multicast
 

@@ -50,11 +50,11 @@ from typing import Any
 
 import trio
 
-from .api import (
+from ..api import (
     Delivery, Event, GroupHandle, MemberBusy, MemberSuspected, OptimisticView, Rollback, ViewChange, open_node,
 )
-from .config import Config
-from .errors import UsageError
+from ..config import Config
+from ..errors import UsageError
 from .members import first_failure
 
 TAG_HELLO = b"H"

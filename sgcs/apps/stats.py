@@ -18,10 +18,10 @@ from functools import partial
 
 import trio
 
-from .api import GroupHandle, open_node
+from ..api import GroupHandle, open_node
 from .chat import BEACON_INTERVAL, DEMO_SECRET, SECRET_ENV, resolve_secret
-from .config import Config
-from .errors import UsageError
+from ..config import Config
+from ..errors import UsageError
 from .members import first_failure
 
 
@@ -31,7 +31,7 @@ async def _drain(group: GroupHandle) -> None:
 
 
 async def run(config: Config, group: str, order: str, port: int, host: str, print_after: float | None) -> None:
-    from . import metrics
+    from .. import metrics
 
     async with open_node(config) as node, node.join(group, order=order) as handle, trio.open_nursery() as nursery:
         nursery.start_soon(_drain, handle)

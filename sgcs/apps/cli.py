@@ -21,8 +21,8 @@ import argparse
 import sys
 from typing import Callable, NoReturn, Sequence
 
-from . import __version__, _compiled
-from .errors import UsageError
+from .. import __version__, _compiled
+from ..errors import UsageError
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE = 0, 1, 2
 
@@ -234,13 +234,13 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _add_queue(parser: argparse.ArgumentParser) -> None:
-    from .services.queues.cli import add_arguments
+    from ..services.queues.cli import add_arguments
 
     add_arguments(parser)
 
 
 def _run_queue(args: argparse.Namespace) -> int:
-    from .services.queues.cli import run
+    from ..services.queues.cli import run
 
     return run(args)
 

@@ -1,10 +1,10 @@
-"""One member process of ``sgcs bench``; started by ``sgcs.bench``, one per member.
+"""One member process of ``sgcs bench``; started by ``sgcs.apps.bench``, one per member.
 
 Theory of operation
 -------------------
-The parent (``sgcs.bench``) starts ``python -m sgcs.bench_member SPEC`` once
+The parent (``sgcs.apps.bench``) starts ``python -m sgcs.apps.bench_member SPEC`` once
 per member, SPEC being a JSON object (``MemberSpec``), and the group secret
-in the environment (``sgcs.members.SECRET_ENV``, hex) rather than on the
+in the environment (``sgcs.apps.members.SECRET_ENV``, hex) rather than on the
 command line. The member uses nothing but the public trio API, so the figures are
 those a user gets:
 
@@ -58,7 +58,7 @@ import trio
 
 import sgcs
 from sgcs.api import Delivery, ViewChange  # the same classes as sgcs.Delivery, without the lazy lookup per event
-from sgcs.members import member_main, report, stdin_closed
+from sgcs.apps.members import member_main, report, stdin_closed
 
 GROUP = "bench"
 START_PAUSE = 0.5

@@ -1,10 +1,10 @@
-"""One member process of ``sgcs demo``; started by ``sgcs.demo``, one per member.
+"""One member process of ``sgcs demo``; started by ``sgcs.apps.demo``, one per member.
 
 Theory of operation
 -------------------
-The parent starts ``python -m sgcs.demo_member SPEC`` once per member, SPEC
+The parent starts ``python -m sgcs.apps.demo_member SPEC`` once per member, SPEC
 being a JSON object (``DemoSpec``) and the group secret in the environment
-(``sgcs.members``). The member uses nothing but the public trio API:
+(``sgcs.apps.members``). The member uses nothing but the public trio API:
 
 1. open a node on 127.0.0.1 with the run's own multicast group and port (and
    ``trace=DIR`` when the parent asks for a trace), with the member id the
@@ -41,7 +41,7 @@ import trio
 
 import sgcs
 from sgcs.api import Delivery, MemberBusy, MemberSuspected, OptimisticView, Rollback, ViewChange
-from sgcs.members import member_main, report, stdin_closed
+from sgcs.apps.members import member_main, report, stdin_closed
 
 GROUP = "demo"
 COUNTERS_EVERY = 0.25

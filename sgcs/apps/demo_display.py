@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-``open_display`` yields a ``Display`` with two callbacks that ``sgcs.demo``
+``open_display`` yields a ``Display`` with two callbacks that ``sgcs.apps.demo``
 calls: ``event(line)`` for each log line as it happens, and ``update(run)``
-every ``TICK`` seconds with the whole ``DemoRun``.
+every ``TICK`` seconds with the whole ``DemoRun`` (``sgcs.apps.demo_run``).
 
 * On a terminal (and without ``--plain``) a ``rich.live.Live`` redraws a
   header (elapsed time, group throughput), one table row per member (state,
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from .demo import DemoMember, DemoOptions, DemoRun
+    from .demo_run import DemoMember, DemoOptions, DemoRun
 
 STATUS_EVERY = 1.0
 """Seconds between two status lines in plain mode."""

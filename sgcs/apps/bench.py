@@ -3,12 +3,12 @@
 Theory of operation
 -------------------
 ``run_bench`` starts one OS process per member (``python -m
-sgcs.bench_member``, see that module for what a member does and how it
+sgcs.apps.bench_member``, see that module for what a member does and how it
 measures), on 127.0.0.1 with a multicast group and port of this run's own
-(``sgcs.members``, shared with ``sgcs demo``). The secret is random unless
+(``sgcs.apps.members``, shared with ``sgcs demo``). The secret is random unless
 given, and goes to the members in their environment.
 
-Members talk to the parent in JSON lines on stdout, which ``sgcs.members``
+Members talk to the parent in JSON lines on stdout, which ``sgcs.apps.members``
 reads into one queue, so the parent waits on one queue with the run's
 deadline. When every member has reported "done", the parent closes their
 stdin (until then they keep serving retransmissions and ACKs to the others),
@@ -40,10 +40,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__, _compiled
+from .. import __version__, _compiled
 from .bench_member import STAMP, MemberSpec
-from .config import MIN_DATAGRAM, MAX_UDP_PAYLOAD, Config, Order
-from .errors import SgcsError, UsageError
+from ..config import MIN_DATAGRAM, MAX_UDP_PAYLOAD, Config, Order
+from ..errors import SgcsError, UsageError
 from .members import KILL_GRACE, Child, Lines, private_network, spawn, stop_all
 
 MAX_MEMBERS = 64
@@ -213,7 +213,7 @@ def run_bench(options: BenchOptions, progress: bool | None = None) -> BenchRepor
                 multicast_group=group, multicast_port=port, view_timeout=min(VIEW_TIMEOUT, timeout),
                 encrypt=options.encrypt, settings=dict(options.settings),
             )
-            states.append(_MemberState(index, *spawn("sgcs.bench_member", index, spec.to_json(), secret, events)))
+            states.append(_MemberState(index, *spawn("sgcs.apps.bench_member", index, spec.to_json(), secret, events)))
         with _progress_bar(options, show) as update:
             _wait(states, events, deadline, timeout, "done", update)
             wall = time.monotonic() - started

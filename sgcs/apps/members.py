@@ -45,7 +45,7 @@ from typing import IO, Any, TypeVar
 
 import trio
 
-from .errors import UsageError
+from ..errors import UsageError
 
 SECRET_ENV = "SGCS_MEMBER_SECRET"
 KILL_GRACE = 2.0
