@@ -90,7 +90,7 @@ def test_a_crashed_node_is_excluded_by_the_others() -> None:
 
 def test_a_tap_records_alters_and_loses_datagrams() -> None:
     net, a, b = two_members()
-    start, carried = len(net.log), []
+    start, carried = len(net.log), list[Datagram]()
     record = recording(carried)
     net.tap = lambda d: record(d._replace(data=d.data[:-1] + bytes([d.data[-1] ^ 1])))  # a flipped tag bit
     send(net, a, [b"forged"])
