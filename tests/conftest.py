@@ -1,5 +1,7 @@
-"""Test-wide set-up: the two tiers, and one printed seed for every randomized
-(hypothesis) test.
+"""Test-wide set-up: the two tiers, one printed seed for every randomized
+(hypothesis) test, and the shared fixtures (``network``: a multicast group of
+the test's own; ``scenario_file``: a simulator scenario from a few fields).
+The in-memory network of the sans-I/O tests is ``_memnet.MemoryNetwork``.
 
 Tiers. A test is in the *integration* tier (marker ``integration``) when it
 starts real processes or sockets, Spark, atheris, mypy or network namespaces;
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from _net import private_multicast
+from _scenario import write_scenario
 
 TESTS = Path(__file__).resolve().parent
 
@@ -79,6 +83,18 @@ def network() -> dict[str, Any]:
     """A multicast group and port of this test's own (``sgcs.Config`` fields);
     more networks or extra fields: ``_net.private_multicast``."""
     return private_multicast()
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Callable[..., Path]:
+    """Writes a scenario TOML file under ``tmp_path`` and returns its path:
+    ``scenario_file("churn", nodes=14, faults=[...])`` is ``_scenario.DEFAULT``
+    with those top-level fields replaced (None leaves one out)."""
+
+    def write(name: str = "scenario", **fields: Any) -> Path:
+        return write_scenario(tmp_path / f"{name}.toml", **fields)
+
+    return write
 
 
 def pytest_report_header(config: pytest.Config) -> str:

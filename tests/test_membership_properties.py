@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-from collections import deque
 from dataclasses import fields
 from typing import Callable
 
@@ -33,11 +32,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sgcs.actions import Multicast, Send, TraceEvent
+from sgcs.actions import Multicast, TraceEvent
 from sgcs.config import Config, Order
 from sgcs.errors import WouldBlock
 from sgcs.node import Node
 from sgcs.wire import MsgType, decode_datagram_untrusted, derive_key
+
+from _memnet import MemoryNetwork, losing
 
 try:
     import pandas  # noqa: F401
@@ -65,19 +66,15 @@ def msg_type(datagram: bytes) -> MsgType:
     return decode_datagram_untrusted(datagram, KEY)[0].msg_type
 
 
-class Cluster:
-    """Nodes, the datagrams in flight between them, the clock, the trace, and
-    the incremental checks of invariants 1, 2, 5 and 7 over that trace."""
+class Cluster(MemoryNetwork[Node]):
+    """Nodes on the shared in-memory network (the datagrams in flight between
+    them, the clock, pauses, crashes and refusals), the trace, and the
+    incremental checks of invariants 1, 2, 5 and 7 over that trace."""
 
     def __init__(self, order: Order = Order.FIFO, config: Config = CONFIG) -> None:
+        super().__init__({}, observer=self._observe)
         self.order = order
         self.config = config
-        self.now = 0.0
-        self.nodes: dict[int, Node] = {}
-        self.paused_until: dict[int, float] = {}
-        self.pending: list[tuple[int, int, bytes]] = []  # (src, dst, datagram)
-        self.refused: list[tuple[int, int]] = []  # (sender, crashed destination): an ICMP refusal to report
-        self.crashed: set[int] = set()
         self.incarnation: dict[int, int] = {}
         self.next_id = 1
         self.sent = 0
@@ -106,34 +103,27 @@ class Cluster:
         for node_id in ids:
             self._new_node(node_id)
         for node_id in ids:
-            self._apply(node_id, self.nodes[node_id].join(GROUP, self.now, order=self.order, members=ids))
+            self.submit(node_id, self.nodes[node_id].join(GROUP, self.now, order=self.order, members=ids))
 
     def join_new(self) -> int:
         """A newcomer starts as a singleton view and finds the group by beacons."""
         node_id = self.next_id
         self._new_node(node_id)
-        self._apply(node_id, self.nodes[node_id].join(GROUP, self.now, order=self.order))
+        self.submit(node_id, self.nodes[node_id].join(GROUP, self.now, order=self.order))
         return node_id
 
     def crash(self, node_id: int) -> None:
         """The node's state is gone; datagrams in flight to it are lost."""
-        del self.nodes[node_id]
-        self.crashed.add(node_id)
-        self.pending = [p for p in self.pending if p[1] != node_id]
+        super().crash(node_id)
         self.rows.append(self._row(node_id, TraceEvent("crash")))
 
     def recover(self, node_id: int) -> None:
         """A crashed node restarts with fresh state and the next incarnation,
         and joins again as a singleton (as the simulator's ``recover`` does)."""
-        self.crashed.discard(node_id)
         self.incarnation[node_id] = self.incarnation.get(node_id, 0) + 1
         self.rows.append(self._row(node_id, TraceEvent("recover")))
         self._new_node(node_id)
-        self._apply(node_id, self.nodes[node_id].join(GROUP, self.now, order=self.order))
-
-    def pause(self, node_id: int, duration: float) -> None:
-        """A stopped process (SIGSTOP): its datagrams wait, its timers stand still."""
-        self.paused_until[node_id] = self.now + duration
+        self.submit(node_id, self.nodes[node_id].join(GROUP, self.now, order=self.order))
 
     def multicast(self, sender: int, count: int = 1, size: int = 8) -> list[Message]:
         sent: list[Message] = []
@@ -144,77 +134,19 @@ class Cluster:
             except WouldBlock:
                 break  # the flow-control window is full: the application waits
             sent += [(a.sender, a.seq) for a in actions if type(a) is TraceEvent and a.kind == "send"]
-            self._apply(sender, actions)
+            self.submit(sender, actions)
         return sent
 
-    def refuse(self, index: int) -> None:
-        """The driver reports "port unreachable" for a datagram sent to a crashed node."""
-        src, dst = self.refused.pop(index)
-        if src in self.nodes and not self.paused(src):
-            self._apply(src, self.nodes[src].handle_unreachable(dst, self.now))
-
-    # ------------------------------------------------------------------ network and clock
-
-    def deliver(self, index: int, duplicate: bool = False) -> None:
-        src, dst, datagram = self.pending[index] if duplicate else self.pending.pop(index)
-        if dst in self.nodes and not self.paused(dst):
-            self._apply(dst, self.nodes[dst].handle_datagram(src, datagram, self.now))
-        elif duplicate:
-            self.pending.pop(index)  # a paused or crashed destination: it stays in flight only once
-
-    def deliver_all(self, order: list[int] | range) -> None:
-        """Every datagram now in flight arrives, in ``order`` (those to paused nodes wait)."""
-        batch, self.pending = self.pending, []
-        for i in order:
-            src, dst, datagram = batch[i]
-            if dst in self.nodes and self.paused(dst):
-                self.pending.append(batch[i])
-            elif dst in self.nodes:
-                self._apply(dst, self.nodes[dst].handle_datagram(src, datagram, self.now))
-
-    def advance_to_deadline(self, limit: float = 1.0) -> None:
-        """The clock moves to the earliest deadline (at most ``limit`` on)."""
-        deadlines = [d for d in self._deadlines() if d > self.now]
-        self.now = min([self.now + limit, *deadlines])
-        self.fire_timers()
-
-    def fire_timers(self) -> None:
-        for node_id in self.runnable():
-            deadline = self.nodes[node_id].next_deadline()
-            if deadline is not None and deadline <= self.now:
-                self._apply(node_id, self.nodes[node_id].handle_timeout(self.now))
-
-    def run(self, duration: float, lose: Lose | None = None) -> None:
+    def run_for(self, duration: float, lose: Lose | None = None) -> None:
         """Every datagram arrives after LATENCY, in order, unless ``lose`` says
         it is lost; timers fire on time; paused nodes get their backlog when
-        they resume. What is still in flight at the end stays pending."""
-        end = self.now + duration
-        in_flight: deque[tuple[float, int, int, bytes]] = deque((self.now, *p) for p in self.pending)
-        self.pending = []
-        backlog: list[tuple[float, int, int, bytes]] = []
-        for steps in range(1_000_000):
-            resumed = next((i for i, p in enumerate(backlog) if not self.paused(p[2])), None)
-            if resumed is not None:
-                in_flight.appendleft(backlog.pop(resumed))
-            next_arrival = in_flight[0][0] if in_flight else float("inf")
-            next_timer = min(self._deadlines(), default=float("inf"))
-            if min(next_arrival, next_timer) > end:
-                break
-            self.now = max(self.now, min(next_arrival, next_timer))
-            if next_arrival <= next_timer:
-                _, src, dst, datagram = in_flight.popleft()
-                if dst in self.nodes and self.paused(dst):
-                    backlog.append((self.now, src, dst, datagram))
-                elif dst in self.nodes and not (lose and lose(src, dst, msg_type(datagram))):
-                    self._apply(dst, self.nodes[dst].handle_datagram(src, datagram, self.now))
-            else:
-                self.fire_timers()
-            in_flight.extend((self.now + LATENCY, *p) for p in self.pending)
-            self.pending = []
-        else:
-            raise AssertionError(f"no progress at t={self.now}: a timer or datagram loop")
-        self.now = end
-        self.pending = [(src, dst, data) for _, src, dst, data in [*backlog, *in_flight]]
+        they resume. What is still in flight at the end stays in flight."""
+        if lose is not None:
+            self.tap = losing(lambda d: lose(d.src, d.dst, msg_type(d.data)))
+        try:
+            self.run_events(self.now + duration, LATENCY)
+        finally:
+            self.tap = None
 
     def converge(self) -> None:
         """No more faults: pauses end, the network is lossless, and the live
@@ -225,13 +157,13 @@ class Cluster:
         live = tuple(sorted(self.nodes))
         stable, deadline = 0, self.now + CONVERGE_WITHIN
         while self.now < deadline and stable < 2:
-            self.run(1.0)
+            self.run_for(1.0)
             views = {node.view(GROUP) for node in self.nodes.values()}
             stable = stable + 1 if len(views) == 1 and next(iter(views))[1] == live else 0
         assert not self.problems, "\n".join(self.problems[:10])
         views = {node_id: node.view(GROUP) for node_id, node in sorted(self.nodes.items())}
         assert stable >= 2, f"live nodes {live} did not converge within {CONVERGE_WITHIN} s: {views}"
-        self.run(1.0)
+        self.run_for(1.0)
         self._check_final_view_agreement()
 
     def _check_final_view_agreement(self) -> None:
@@ -259,46 +191,25 @@ class Cluster:
         view = self.sent_in.get(message)
         return self.installed.get(view, self.optimistic_views.get(view, ())) if view else ()
 
-    def paused(self, node_id: int) -> bool:
-        return self.paused_until.get(node_id, 0.0) > self.now
-
-    def runnable(self) -> list[int]:
-        return [n for n in sorted(self.nodes) if not self.paused(n)]
-
-    def _deadlines(self) -> list[float]:
-        deadlines = [n.next_deadline() for i, n in self.nodes.items() if not self.paused(i)]
-        resumes = [t for i, t in self.paused_until.items() if i in self.nodes and t > self.now]
-        return [d for d in deadlines if d is not None] + resumes
-
     def _new_node(self, node_id: int) -> None:
         incarnation = self.incarnation.get(node_id, 0)
-        self.nodes[node_id] = Node(node_id, self.config, random.Random(f"{node_id}:{incarnation}"), resolve=lambda n: n,
-                                   trace=True, incarnation=incarnation)
+        self.restart(node_id, Node(node_id, self.config, random.Random(f"{node_id}:{incarnation}"),
+                                   resolve=lambda n: n, trace=True, incarnation=incarnation))
         self.next_id = max(self.next_id, node_id + 1)
-        self.paused_until.pop(node_id, None)
         self.delivered[node_id] = set()  # a new incarnation has a history of its own
         self.last_seq = {k: v for k, v in self.last_seq.items() if k[0] != node_id}
         self.segment.pop(node_id, None)
         self.came_from.pop(node_id, None)
 
-    def _apply(self, node_id: int, actions: list) -> None:
-        for action in actions:
-            kind = type(action)
-            if kind is Multicast:
-                assert action.group == GROUP, f"multicast to {action.group!r}"
-                members = [n for n, node in self.nodes.items() if n != node_id and GROUP in node.groups]
-                self.pending += [(node_id, dst, action.data) for dst in sorted(members)]
-            elif kind is Send:
-                if action.dst in self.nodes:
-                    self.pending.append((node_id, action.dst, action.data))
-                elif action.dst in self.crashed:
-                    self.refused.append((node_id, action.dst))
-            elif kind is TraceEvent:
-                row = self._row(node_id, action)
-                self.rows.append(row)
-                handler = _CHECKS.get(row["kind"])
-                if handler is not None:
-                    handler(self, row)
+    def _observe(self, node_id: int, action: object) -> None:
+        if type(action) is Multicast:
+            assert action.group == GROUP, f"multicast to {action.group!r}"
+        elif type(action) is TraceEvent:
+            row = self._row(node_id, action)
+            self.rows.append(row)
+            handler = _CHECKS.get(row["kind"])
+            if handler is not None:
+                handler(self, row)
 
     def _row(self, node_id: int, event: TraceEvent) -> dict:
         row = {name: getattr(event, name) for name in _TRACE_FIELDS}
@@ -409,22 +320,22 @@ class MembershipNetwork(RuleBasedStateMachine):
     def start(self, count: int) -> None:
         self.net.start(count)
 
-    @precondition(lambda self: self.net.pending)
+    @precondition(lambda self: self.net.in_flight)
     @rule(data=st.data(), duplicate=st.booleans())
     def deliver_one(self, data: st.DataObject, duplicate: bool) -> None:
         """Any datagram in flight, not just the oldest: reordering. Keeping a copy duplicates it."""
-        self.net.deliver(data.draw(st.integers(0, len(self.net.pending) - 1), label="datagram"), duplicate)
+        self.net.deliver(data.draw(st.integers(0, len(self.net.in_flight) - 1), label="datagram"), duplicate)
 
-    @precondition(lambda self: self.net.pending)
+    @precondition(lambda self: self.net.in_flight)
     @rule(data=st.data())
     def drop_one(self, data: st.DataObject) -> None:
-        self.net.pending.pop(data.draw(st.integers(0, len(self.net.pending) - 1), label="datagram"))
+        self.net.drop(data.draw(st.integers(0, len(self.net.in_flight) - 1), label="datagram"))
 
-    @precondition(lambda self: self.net.pending)
+    @precondition(lambda self: self.net.in_flight)
     @rule(data=st.data())
     def deliver_all(self, data: st.DataObject) -> None:
         """One network tick: everything in flight arrives, in a drawn order."""
-        count = len(self.net.pending)
+        count = len(self.net.in_flight)
         order = data.draw(st.permutations(range(count)), label="order") if count <= 40 else range(count)
         self.net.deliver_all(order)
 
@@ -435,8 +346,7 @@ class MembershipNetwork(RuleBasedStateMachine):
     @rule(step=st.floats(0.0, 1.5))
     def advance_by(self, step: float) -> None:
         """The clock jumps; each overdue node runs its timers once, late."""
-        self.net.now += step
-        self.net.fire_timers()
+        self.net.advance(step)
 
     @precondition(lambda self: self.net.runnable())
     @rule(data=st.data(), count=st.integers(1, 3), size=st.integers(0, 40))
@@ -471,7 +381,7 @@ class MembershipNetwork(RuleBasedStateMachine):
     @rule(duration=st.floats(0.1, 3.0))
     def settle(self, duration: float) -> None:
         """A calm spell: lossless, in-order delivery for a while."""
-        self.net.run(duration)
+        self.net.run_for(duration)
 
     @invariant()
     def trace_invariants_hold(self) -> None:
@@ -513,11 +423,11 @@ def test_scripted_crash_join_and_multicast_converge() -> None:
     net = Cluster()
     net.start(4)
     net.multicast(2, count=3)
-    net.run(0.2)
+    net.run_for(0.2)
     net.crash(3)
     net.join_new()
     net.multicast(1, count=2)
-    net.run(3.0)
+    net.run_for(3.0)
     net.converge()
     assert net.nodes[1].view(GROUP)[1] == (1, 2, 4, 5)
     net.check_whole_trace()
@@ -531,7 +441,7 @@ def test_the_whole_trace_cross_check_runs() -> None:
     net = Cluster()
     net.start(3)
     net.multicast(1, count=2)
-    net.run(1.0)
+    net.run_for(1.0)
     net.converge()
     net.check_whole_trace()
     delivery = next(row for row in net.rows if row["kind"] == "deliver" and row["dest"] is None)
@@ -544,11 +454,11 @@ def test_member_that_missed_the_commit_of_its_exclusion_rejoins() -> None:
     net = Cluster()
     net.start(3)
     net.pause(3, 2.0)  # long enough for 1 and 2 to exclude it
-    net.run(1.99)
+    net.run_for(1.99)
     assert net.nodes[1].view(GROUP)[1] == (1, 2)
-    commits = [p for p in net.pending if p[1] == 3 and msg_type(p[2]) is MsgType.COMMIT]
+    commits = [p for p in net.in_flight if p[1] == 3 and msg_type(p[2]) is MsgType.COMMIT]
     assert len(commits) == 1, "one COMMIT copy tells 3 it was left out"
-    net.pending.remove(commits[0])  # ... and that one datagram is lost
+    net.in_flight.remove(commits[0])  # ... and that one datagram is lost
     net.converge()
 
 
@@ -562,18 +472,18 @@ def test_a_newcomers_late_discovery_beacon_does_not_exclude_it() -> None:
     newcomer = net.join_new()
     late: list = []
     for _ in range(100):  # timers only, nothing delivered: the newcomer's first beacon as a singleton
-        late = [p for p in net.pending if p[0] == newcomer and msg_type(p[2]) is MsgType.BEACON]
+        late = [p for p in net.in_flight if p[0] == newcomer and msg_type(p[2]) is MsgType.BEACON]
         if late:
             break
         net.advance_to_deadline()
         net.fire_timers()
     assert late, "the newcomer beacons"
     for packet in late:  # held back (a replayed copy would be refused as a replay) ...
-        net.pending.remove(packet)
+        net.in_flight.remove(packet)
     net.converge()
     views = len([r for r in net.rows if r["kind"] == "view"])
-    net.pending += late  # ... and delivered now that the newcomer is a member: the first beacon its members hear
-    net.run(2.0)
+    net.in_flight += late  # ... and delivered now that the newcomer is a member: the first beacon its members hear
+    net.run_for(2.0)
     assert net.nodes[1].view(GROUP)[1] == (1, 2, 3, newcomer)
     excluded = [r for r in net.rows[views:] if r["kind"] == "view" and newcomer not in r["members"]]
     assert excluded == [], excluded
@@ -585,7 +495,7 @@ def test_restart_before_exclusion_does_not_block_the_survivors() -> None:
     net.join_new()  # 4, a singleton looking for the group
     net.crash(1)
     net.crash(3)
-    net.run(0.1)
+    net.run_for(0.1)
     net.recover(1)
     net.converge()
 
@@ -613,17 +523,17 @@ def committed_without_2(net: Cluster, until: float | None = 1.9) -> None:
     3's first message, which is in the cut, so it has not installed yet.
     ``until`` None: stop as soon as 1 installed (1, 2, 3)."""
     net.start(4)
-    net.run(0.05)
+    net.run_for(0.05)
     net.crash(4)
     net.multicast(3)  # 1 and 3 hold it; 2 never will while it is starved
     if until is None:  # 1 and 3 install at about 1.6 s
         for _ in range(600):
-            net.run(0.005, lose=starves_2)
+            net.run_for(0.005, lose=starves_2)
             if net.nodes[1].view(GROUP)[1] == (1, 2, 3):
                 break
         assert net.nodes[1].view(GROUP)[1] == (1, 2, 3)
     else:
-        net.run(until, lose=starves_2)  # 2 gives up 2 * view_timeout after the commit
+        net.run_for(until, lose=starves_2)  # 2 gives up 2 * view_timeout after the commit
     # 1 and 3 installed (1, 2, 3); its coordinator excludes 2, which never
     # answered INSTALLED, one view_timeout after the commit
     assert net.nodes[1].view(GROUP)[1] == net.nodes[3].view(GROUP)[1]
@@ -636,7 +546,7 @@ def test_member_completing_an_old_cut_is_not_wedged_when_the_group_moves_on() ->
     net = Cluster()
     committed_without_2(net)
     net.pause(3, 2.0)  # 1 excludes 3, 3 installs a singleton and merges back
-    net.run(2.0, lose=starves_2)
+    net.run_for(2.0, lose=starves_2)
     net.converge()  # the network heals
 
 
@@ -648,11 +558,11 @@ def test_optimistic_message_delivered_in_the_committed_view_is_never_rolled_back
     def hidden_from_1(src: int, dst: int, kind: MsgType) -> bool:
         return starves_2(src, dst, kind) or src == 2 and dst == 1 and kind in STREAM
 
-    net.run(0.01, lose=hidden_from_1)
+    net.run_for(0.01, lose=hidden_from_1)
     assert [node for node, _ in net.delivered_anywhere[message]] == [3], "3 delivered it in V"
     net.pause(3, 3.0)
-    net.run(3.0, lose=hidden_from_1)  # 1 excludes 3; 2 flushes for (1, 2) without having installed V
-    net.run(5.0)  # the network heals: (2, 1) reaches 1
+    net.run_for(3.0, lose=hidden_from_1)  # 1 excludes 3; 2 flushes for (1, 2) without having installed V
+    net.run_for(5.0)  # the network heals: (2, 1) reaches 1
     assert not net.problems, "\n".join(net.problems)
 
 
@@ -664,19 +574,19 @@ def test_a_member_that_missed_the_commit_it_sent_under_does_not_roll_back_what_t
     back (invariant 7): their fate is unknown to it, and counted so."""
     net = Cluster()
     net.start(3)
-    net.run(0.05)
+    net.run_for(0.05)
     net.join_new()
 
     def commits_to_2_lost(src: int, dst: int, kind: MsgType) -> bool:
         return dst == 2 and kind is MsgType.COMMIT
 
     for _ in range(1000):
-        net.run(0.001, lose=commits_to_2_lost)
+        net.run_for(0.001, lose=commits_to_2_lost)
         if net.nodes[2].view(GROUP)[1] != (1, 2, 3) or net.nodes[2]._groups[GROUP].agreement.accepted is not None:
             break
     sent = net.multicast(2, count=2)
     assert len(sent) == 2
-    net.run(1.0, lose=commits_to_2_lost)
+    net.run_for(1.0, lose=commits_to_2_lost)
     assert all(len(net.delivered_anywhere.get(m, [])) == 3 for m in sent), "1, 3 and 4 delivered them"
     assert not net.problems, "\n".join(net.problems)
     assert net.nodes[2].statistics().fate_unknown == 2
@@ -696,7 +606,7 @@ def test_a_restarted_members_old_record_is_delivered_alike_by_its_former_view() 
     net.pause(4, 2.36)
     net.join_new()  # 6
     net.advance_to_deadline()
-    net.deliver_all(range(len(net.pending)))
+    net.deliver_all(range(len(net.in_flight)))
     net.crash(1)
     net.recover(1)
     net.converge()
@@ -716,13 +626,13 @@ def test_a_coordinator_installing_its_commit_proposes_nothing_at_that_epoch() ->
     net.multicast(1, 2)
     net.multicast(1)
     net.multicast(2)
-    net.pending.pop(1)
+    net.in_flight.pop(1)
     for order in ([0, 1, 2], [0, 4, 1, 5, 3, 6, 2]):
         net.deliver_all(order)
     net.join_new()  # 6
     for order in ([0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 7, 2, 3, 4, 10, 11, 12, 13, 9, 8, 6, 1, 5, 14], [0, 1, 2, 3]):
         # the order drawn then; a fixed node sends fewer datagrams (no second proposal)
-        count = len(net.pending)
+        count = len(net.in_flight)
         net.deliver_all([i for i in order if i < count] + list(range(len(order), count)))
     for sender in (1, 1, 1, 1, 1, 1, 3):
         net.multicast(sender, 1, 0)

@@ -245,10 +245,12 @@ def test_config_from_mapping_rejects_unknown_fields() -> None:
 
 class AdversarialNetwork(RuleBasedStateMachine):
     """3 to 5 nodes in one group; the test is the network and may deliver, drop,
-    duplicate or reorder any datagram in flight, crash a node, or advance time.
-    Invariants 1 and 2 hold after every step, plus 3 and 4 for the orders that
-    promise them; after healing, the survivors install one view of themselves
-    and deliver what each then sends."""
+    duplicate or reorder any datagram in flight, crash a node, restart it, or
+    advance time. A crashed node's port stays open (``stale_datagrams``): what
+    was in flight to it reaches its next incarnation. Invariants 1 and 2 hold
+    after every step, plus 3 and 4 for the orders that promise them; after
+    healing, the survivors install one view of themselves and deliver what
+    each then sends."""
 
     ORDER = Order.FIFO
     CRASHES = True
@@ -256,14 +258,15 @@ class AdversarialNetwork(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.now = 0.0
-        self.nodes: dict[int, Node] = {}
-        self.in_flight: list[tuple[int, int, bytes]] = []  # (src, dst, data)
+        self.net: MemoryNetwork[Node] = MemoryNetwork({}, stale_datagrams=True, observer=self._observe)
         self.delivered: dict[int, list[tuple[int, int]]] = {}
         self.causes: dict[tuple[int, int], set[tuple[int, int]]] = {}  # sender's past at send time
         self.final_sends: list[tuple[int, int]] = []
-        self.crashed: set[int] = set()
         self.incarnations: dict[int, int] = {}
+
+    @property
+    def nodes(self) -> dict[int, Node]:
+        return self.net.nodes
 
     @precondition(lambda self: not self.nodes)
     @rule(count=st.integers(3, 5))
@@ -272,68 +275,54 @@ class AdversarialNetwork(RuleBasedStateMachine):
         for i in ids:
             self.nodes[i] = make_node(i, self.CONFIG)
             self.delivered[i] = []
-            self._route(i, self.nodes[i].join("g", self.now, order=self.ORDER, members=ids))
+            self.net.submit(i, self.nodes[i].join("g", self.net.now, order=self.ORDER, members=ids))
 
     @precondition(lambda self: self.nodes)
     @rule(data=st.data(), payload=st.binary(max_size=32))
     def send(self, data: st.DataObject, payload: bytes) -> None:
         sender = data.draw(st.sampled_from(sorted(self.nodes)))
         past = set(self.delivered[sender])
-        actions = self.nodes[sender].multicast("g", payload, self.now)
+        actions = self.nodes[sender].multicast("g", payload, self.net.now)
         (sent,) = [a for a in actions if isinstance(a, TraceEvent) and a.kind == "send"]
         self.causes[(sender, sent.seq)] = past
-        self._route(sender, actions)
+        self.net.submit(sender, actions)
 
-    @precondition(lambda self: self.in_flight)
+    @precondition(lambda self: self.net.in_flight)
     @rule(data=st.data(), keep_copy=st.booleans())
     def deliver_one(self, data: st.DataObject, keep_copy: bool) -> None:
-        index = data.draw(st.integers(0, len(self.in_flight) - 1))  # any order: reordering
-        src, dst, datagram = self.in_flight[index] if keep_copy else self.in_flight.pop(index)
-        if dst in self.nodes:
-            self._route(dst, self.nodes[dst].handle_datagram(src, datagram, self.now))
+        index = data.draw(st.integers(0, len(self.net.in_flight) - 1))  # any order: reordering
+        self.net.deliver(index, keep_copy)
 
-    @precondition(lambda self: self.in_flight)
+    @precondition(lambda self: self.net.in_flight)
     @rule(data=st.data())
     def lose_one(self, data: st.DataObject) -> None:
-        self.in_flight.pop(data.draw(st.integers(0, len(self.in_flight) - 1)))
+        self.net.drop(data.draw(st.integers(0, len(self.net.in_flight) - 1)))
 
     @precondition(lambda self: self.CRASHES and len(self.nodes) > 1)
     @rule(data=st.data())
     def crash(self, data: st.DataObject) -> None:
-        node_id = data.draw(st.sampled_from(sorted(self.nodes)))
-        del self.nodes[node_id]
-        self.crashed.add(node_id)
+        self.net.crash(data.draw(st.sampled_from(sorted(self.nodes))))
 
-    @precondition(lambda self: self.crashed)
+    @precondition(lambda self: self.net.crashed)
     @rule(data=st.data())
     def restart(self, data: st.DataObject) -> None:
         """A crashed node comes back with fresh state and the next incarnation,
         and joins again by discovery (its old streams are not resumed)."""
-        node_id = data.draw(st.sampled_from(sorted(self.crashed)))
-        self.crashed.discard(node_id)
+        node_id = data.draw(st.sampled_from(sorted(self.net.crashed)))
         self.incarnations[node_id] = self.incarnations.get(node_id, 0) + 1
         incarnation = self.incarnations[node_id]
-        self.nodes[node_id] = Node(node_id, self.CONFIG, random.Random(f"{node_id}:{incarnation}"),
-                                   resolve=lambda n: n, trace=True, incarnation=incarnation)
+        self.net.restart(node_id, Node(node_id, self.CONFIG, random.Random(f"{node_id}:{incarnation}"),
+                                       resolve=lambda n: n, trace=True, incarnation=incarnation))
         self.delivered[node_id] = []  # a new incarnation has a history of its own
-        self._route(node_id, self.nodes[node_id].join("g", self.now, order=self.ORDER))
+        self.net.submit(node_id, self.nodes[node_id].join("g", self.net.now, order=self.ORDER))
 
     @rule(step=st.floats(0.0, 2.0))
     def advance(self, step: float) -> None:
-        self.now += step
-        for i, node in sorted(self.nodes.items()):
-            deadline = node.next_deadline()
-            if deadline is not None and deadline <= self.now:
-                self._route(i, node.handle_timeout(self.now))
+        self.net.advance(step)
 
-    def _route(self, node_id: int, actions: list) -> None:
-        for action in actions:
-            if isinstance(action, Multicast):
-                self.in_flight += [(node_id, dst, action.data) for dst in sorted(self.nodes) if dst != node_id]
-            elif isinstance(action, Send):
-                self.in_flight.append((node_id, action.dst, action.data))
-            elif isinstance(action, Deliver):
-                self.delivered[node_id].append((action.sender, action.seq))
+    def _observe(self, node_id: int, action: object) -> None:
+        if isinstance(action, Deliver):
+            self.delivered[node_id].append((action.sender, action.seq))
 
     @invariant()
     def no_duplicates_and_fifo(self) -> None:
@@ -394,21 +383,17 @@ class AdversarialNetwork(RuleBasedStateMachine):
             and not any(n.changing_view("g") or n.detector.suspects or n.detector.failed for n in nodes)
 
     def send_from(self, sender: int) -> None:
-        actions = self.nodes[sender].multicast("g", b"final", self.now)
+        actions = self.nodes[sender].multicast("g", b"final", self.net.now)
         (sent,) = [a for a in actions if isinstance(a, TraceEvent) and a.kind == "send"]
         self.final_sends.append((sender, sent.seq))
-        self._route(sender, actions)
+        self.net.submit(sender, actions)
 
     def _run_healed(self, done) -> None:
         for _ in range(3_000):
-            while self.in_flight:
-                src, dst, datagram = self.in_flight.pop(0)
-                if dst in self.nodes:
-                    self._route(dst, self.nodes[dst].handle_datagram(src, datagram, self.now))
+            self.net.flush()
             if done():
                 return
-            self.now += 0.05
-            self.advance(0.0)
+            self.net.advance(0.05)
         views = {i: n.view("g") for i, n in self.nodes.items()}
         stuck = {i: n.waiting_messages("g") for i, n in self.nodes.items()}
         raise AssertionError(f"no convergence after healing: views {views}; held back: {stuck}")
@@ -521,11 +506,6 @@ def test_promises_by_gossip_order_messages_alike_without_nulls(order: Order) -> 
     """Promises by gossip (as ``auto`` chooses above 64 members): every member
     delivers every message, in one order, and nobody sends a null."""
     machine = _ordered(order, GOSSIP_PROMISES)()
-    nulls = []
-    route = machine._route
-    machine._route = lambda node_id, actions: (  # type: ignore[method-assign]
-        nulls.extend(a for a in actions if isinstance(a, Multicast | Send) and a.msg_type is MsgType.NULL),
-        route(node_id, actions))
     machine.start(5)
     for _ in range(3):
         for sender in range(1, 6):
@@ -533,4 +513,5 @@ def test_promises_by_gossip_order_messages_alike_without_nulls(order: Order) -> 
     machine.teardown()  # lossless: the final sends must arrive too
     logs = list(machine.delivered.values())
     assert all(log == logs[0] for log in logs) and len(logs[0]) == 20, logs
+    nulls = [a for a in machine.net.seen if isinstance(a, Multicast | Send) and a.msg_type is MsgType.NULL]
     assert not nulls

@@ -1,11 +1,15 @@
 """The ordering layer as a pure state machine: random executions of 3 to 5
 members whose messages carry the ACKs of what their sender had received and
 its Lamport clock, with FIFO links per sender and null messages (promises)
-that may overtake them. Checks total order agreement, causal order, and that
-everything is delivered once the network drains; and that members that end a
-view holding different messages still agree on the order of those they share."""
+that may overtake them, on the shared in-memory network (tests/_memnet.py).
+Checks total order agreement, causal order, and that everything is delivered
+once the network drains; and that members that end a view holding different
+messages still agree on the order of those they share."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import given, settings
@@ -14,8 +18,20 @@ from hypothesis import strategies as st
 from sgcs.config import Order
 from sgcs.ordering.total import OrderedMessage, OrderingLayer
 
+from _memnet import Datagram, MemoryNetwork
+
+
+class Null(NamedTuple):
+    """A null message (a promise): the sender's ACKs and Lamport clock."""
+
+    acks: tuple[tuple[int, int], ...]
+    clock: int
+
 
 class Member:
+    """One member's ordering layer as an endpoint of the shared in-memory
+    network: its datagrams are ``OrderedMessage``s and ``Null``s."""
+
     def __init__(self, me: int, members: tuple[int, ...], order: Order) -> None:
         self.me = me
         self.layer = OrderingLayer(me, members, order)
@@ -37,49 +53,77 @@ class Member:
         self.dirty[message.sender] = message.last
         self._deliver(self.layer.on_message(message))
 
-    def null(self) -> tuple[tuple[tuple[int, int], ...], int]:
-        return ((self.me, self.next_seq - 1), *sorted(self.received.items())), self.layer.clock
+    def null(self) -> Null:
+        return Null(((self.me, self.next_seq - 1), *sorted(self.received.items())), self.layer.clock)
 
-    def on_null(self, member: int, null: tuple[tuple[tuple[int, int], ...], int]) -> None:
-        acks, clock = null
-        self.layer.on_null(member, acks, clock)
+    def on_null(self, member: int, null: Null) -> None:
+        self.layer.on_null(member, null.acks, null.clock)
         self._deliver(self.layer.deliverable())
 
     def _deliver(self, messages: list[OrderedMessage]) -> None:
         self.delivered += [(m.sender, m.first) for m in messages]
 
+    def handle_datagram(self, src: int, data: OrderedMessage | Null, now: float) -> list:
+        if isinstance(data, Null):
+            self.on_null(src, data)
+        else:
+            self.receive(data)
+        return []
+
+    def handle_timeout(self, now: float) -> list:
+        return []
+
+    def next_deadline(self) -> float | None:
+        return None
+
+
+class OrderingNetwork(MemoryNetwork[Member]):
+    """Every message and null goes to every other member."""
+
+    def fan_out(self, src: int, data: Any) -> list[Datagram]:
+        return self.to_others(src, data)
+
+
+def is_null(datagram: Datagram) -> bool:
+    return isinstance(datagram.data, Null)
+
+
+def on_link(a: int, b: int) -> Callable[[Datagram], bool]:
+    """The messages (not nulls) in flight from ``a`` to ``b``."""
+    return lambda d: d.src == a and d.dst == b and not is_null(d)
+
 
 def run(order: Order, count: int, steps: list[tuple[int, int, int]],
         sent: dict[tuple[int, int], OrderedMessage] | None = None) -> dict[int, Member]:
     ids = tuple(range(1, count + 1))
-    members = {i: Member(i, ids, order) for i in ids}
-    links: dict[tuple[int, int], list[OrderedMessage]] = {(a, b): [] for a in ids for b in ids if a != b}
-    nulls: list[tuple[int, int, tuple]] = []
+    net = OrderingNetwork({i: Member(i, ids, order) for i in ids})
+    members = net.nodes
     sent = {} if sent is None else sent
     for action, a, b in steps:
         a, b = ids[a % count], ids[b % count]
         if action == 0:
             message = members[a].send()
             sent[(a, message.first)] = message
-            for other in ids:
-                if other != a:
-                    links[(a, other)].append(message)
-        elif action == 1 and a != b and links[(a, b)]:
-            members[b].receive(links[(a, b)].pop(0))  # FIFO per sender
+            net.submit(a, [message])
+        elif action == 1 and a != b:
+            link = net.indices(on_link(a, b))
+            if link:
+                net.deliver(link[0])  # FIFO per sender
         elif action == 2:
-            nulls += [(a, other, members[a].null()) for other in ids if other != a]
-        elif action == 3 and nulls:
-            src, dst, acks = nulls.pop(b % len(nulls))  # nulls overtake anything
-            members[dst].on_null(src, acks)
+            net.submit(a, [members[a].null()])
+        elif action == 3:
+            nulls = net.indices(is_null)
+            if nulls:
+                net.deliver(nulls[b % len(nulls)])  # nulls overtake anything
     for _ in range(3):  # drain: deliver everything, then every member promises
-        for (a, b), queue in links.items():
-            while queue:
-                members[b].receive(queue.pop(0))
-        for src, dst, acks in nulls:
-            members[dst].on_null(src, acks)
-        nulls = [(a, o, members[a].null()) for a in ids for o in ids if o != a]
-    for src, dst, acks in nulls:
-        members[dst].on_null(src, acks)
+        for a in ids:
+            for b in ids:
+                if a != b:
+                    net.flush(on_link(a, b))
+        net.flush(is_null)
+        for a in ids:
+            net.submit(a, [members[a].null()])
+    net.flush(is_null)
     members_sent = set(sent)
     for member in members.values():
         assert set(member.delivered) == members_sent, f"member {member.me} did not deliver everything"

@@ -1,17 +1,16 @@
 """Security: forged, replayed and cross-policy datagrams are refused; encryption
 hides payloads; a node without the secret cannot join (issue 8).
 
-The in-process network below runs sans-I/O nodes (the same code as the trio
-driver and the simulator) and records every datagram that crosses it, so the
-tests can inject each one again (replay) or altered (forgery) and count how
-many a node accepted: an accepted datagram is one that did not raise the
+The shared in-memory network (tests/_memnet.py) runs sans-I/O nodes (the
+same code as the trio driver and the simulator) and records every datagram
+that crosses it, so the tests can inject each one again (replay) or altered
+(forgery) and count how many a node accepted: an accepted datagram is one that did not raise the
 node's drop counter.
 """
 
 from __future__ import annotations
 
 import random
-from collections import deque
 
 import pytest
 import trio
@@ -19,65 +18,48 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sgcs
-from sgcs.actions import Deliver, Multicast, Send
+from sgcs.actions import Deliver
 from sgcs.config import Config
 from sgcs.node import Node
 from sgcs.security import ReplayWindow, Sealer
 from sgcs.wire import Flag, MsgType, encode_leave, LeaveMsg
 
+from _memnet import Datagram, MemoryNetwork, recording
 from _net import private_multicast
 
 SECRET = b"security-test-secret"
 PAYLOAD = b"attack at dawn #%d"
 
 
-class Network:
-    """Nodes 1..n in group "g" (all known from the start), wired FIFO and
-    lossless; every datagram is recorded as (src, dst, data)."""
+class Network(MemoryNetwork[Node]):
+    """Nodes 1..n in group "g" (all known from the start) on the shared
+    in-memory network, lossless and FIFO; every datagram it carries is
+    recorded in ``captured``."""
 
     def __init__(self, n: int, encrypt: bool) -> None:
         config = Config(secret=SECRET, encrypt=encrypt)
-        self.nodes = {i: Node(i, config, random.Random(i), resolve=lambda m: m, incarnation=1, salt=i)
-                      for i in range(1, n + 1)}
-        self.now = 0.0
-        self.queue: deque[tuple[int, int, bytes]] = deque()
-        self.captured: list[tuple[int, int, bytes]] = []
-        self.delivered = {i: [] for i in self.nodes}
+        super().__init__({i: Node(i, config, random.Random(i), resolve=lambda m: m, incarnation=1, salt=i)
+                          for i in range(1, n + 1)})
+        self.captured: list[Datagram] = []
+        self.tap = recording(self.captured)
         for i, node in self.nodes.items():
-            self._act(i, node.join("g", self.now, members=list(self.nodes)))
+            self.submit(i, node.join("g", self.now, members=list(self.nodes)))
 
-    def _act(self, src: int, actions: list) -> None:
-        for action in actions:
-            if isinstance(action, Multicast):
-                self.queue.extend((src, dst, action.data) for dst in self.nodes if dst != src)
-            elif isinstance(action, Send):
-                self.queue.append((src, action.dst, action.data))
-            elif isinstance(action, Deliver):
-                self.delivered[src].append((action.sender, action.payload))
-
-    def run(self, seconds: float) -> None:
-        end = self.now + seconds
-        while self.now < end:
-            while self.queue:
-                src, dst, data = self.queue.popleft()
-                self.captured.append((src, dst, data))
-                self._act(dst, self.nodes[dst].handle_datagram(src, data, self.now))
-            deadlines = [d for d in (n.next_deadline() for n in self.nodes.values()) if d is not None]
-            self.now = min([end, *deadlines]) if deadlines else end
-            for i, node in self.nodes.items():
-                self._act(i, node.handle_timeout(self.now))
+    def delivered(self, node_id: int) -> list[tuple[int, bytes]]:
+        return [(a.sender, a.payload) for a in self.actions_of(node_id) if isinstance(a, Deliver)]
 
     def exchange(self, count: int) -> None:
         for k in range(count):
             for i, node in self.nodes.items():
-                self._act(i, node.multicast("g", PAYLOAD % (i * 1000 + k), self.now))
-            self.run(0.01)
-        self.run(1.0)
+                self.submit(i, node.multicast("g", PAYLOAD % (i * 1000 + k), self.now))
+            self.run_events(self.now + 0.01)
+        self.run_events(self.now + 1.0)
 
     def accepted(self, dst: int, src: int, data: bytes) -> bool:
+        """Hand ``data`` to ``dst`` as from ``src``: did ``dst`` take it (not count it dropped)?"""
         node = self.nodes[dst]
         before = node.statistics().dropped
-        self._act(dst, node.handle_datagram(src, data, self.now))
+        self.inject(Datagram(src, dst, data))
         return node.statistics().dropped == before
 
 
@@ -100,9 +82,9 @@ def test_forged_and_replayed_datagrams_are_all_refused(encrypt: bool) -> None:
     net = Network(3, encrypt)
     net.exchange(40)
     expected = sorted(PAYLOAD % (i * 1000 + k) for i in (1, 2, 3) for k in range(40))
-    assert all(sorted(p for _, p in got) == expected for got in net.delivered.values())
+    assert all(sorted(p for _, p in net.delivered(i)) == expected for i in net.nodes)
     genuine = list(net.captured)
-    delivered_before = {i: len(d) for i, d in net.delivered.items()}
+    delivered_before = {i: len(net.delivered(i)) for i in net.nodes}
     rng = random.Random(8)
     forged = [(dst, src, f) for src, dst, data in genuine for f in _forgeries(data, rng)]
     accepted_forged = sum(net.accepted(dst, src, data) for dst, src, data in forged)
@@ -110,7 +92,7 @@ def test_forged_and_replayed_datagrams_are_all_refused(encrypt: bool) -> None:
     print(f"{len(genuine)} genuine datagrams; {len(forged)} forged, {accepted_forged} accepted; "
           f"{len(genuine)} replayed, {accepted_replayed} accepted")
     assert (accepted_forged, accepted_replayed) == (0, 0)
-    assert {i: len(d) for i, d in net.delivered.items()} == delivered_before, "nothing delivered twice"
+    assert {i: len(net.delivered(i)) for i in net.nodes} == delivered_before, "nothing delivered twice"
     reasons = net.nodes[2].statistics().drop_reasons
     assert reasons.get("replay", 0) > 0 and reasons.get("mac", 0) > 0, reasons
 
@@ -121,7 +103,7 @@ def test_encryption_hides_payloads_and_plain_does_not() -> None:
         net.exchange(5)
         visible = any(b"attack at dawn" in data for _, _, data in net.captured)
         assert visible is not encrypt, f"encrypt={encrypt}: payload visible on the wire: {visible}"
-        assert len(net.delivered[1]) == len(net.delivered[2]) == 10
+        assert len(net.delivered(1)) == len(net.delivered(2)) == 10
 
 
 def test_a_group_does_not_mix_plain_and_encrypted_datagrams() -> None:

@@ -13,16 +13,10 @@ from sgcs.apps.cli import main
 from sgcs.node import Node
 from simulations.simulator import SimulationBug
 
-GOOD = """
-seed = 3
-nodes = 8
-duration = 1.0
-[[groups]]
-name = "g"
-members = "all"
-rate = 20.0
-size = 10
-"""
+from _scenario import group, scenario_toml
+
+GOOD = scenario_toml(seed=3)
+"""8 nodes for 1 s, one group of all of them (tests/_scenario.py)."""
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -50,8 +44,8 @@ def test_default_scenario_with_overrides(tmp_path: Path, capsys: pytest.CaptureF
 @pytest.mark.parametrize(
     ("text", "extra", "expected"),
     [
-        (GOOD.replace("rate = 20.0", "rate = \"fast\""), [], "groups[0].rate: must be a number"),
-        (GOOD + "[[faults]]\nat = 0.5\ncrash = [900]\n", [], "faults[0].crash: node 900 is not in 0..7"),
+        (scenario_toml(seed=3, groups=[group(rate="fast", size=10)]), [], "groups[0].rate: must be a number"),
+        (scenario_toml(seed=3, faults=[{"at": 0.5, "crash": [900]}]), [], "faults[0].crash: node 900 is not in 0..7"),
         (GOOD, ["--nodes", "0"], "nodes: 0 is not in"),
         (GOOD, ["--seed", "-2"], "seed: -2 is not in"),
         ("nodes = [", [], "invalid TOML"),
@@ -86,7 +80,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.integration
 def test_console_entry_point_in_a_subprocess(tmp_path: Path) -> None:
-    bad = _write(tmp_path, GOOD + "[network]\nloss = 2.0\n")
+    bad = _write(tmp_path, scenario_toml(seed=3, network={"loss": 2.0}))
     run = subprocess.run(
         [sys.executable, "-m", "sgcs", "simulate", bad, "--out", str(tmp_path / "run")],
         capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=120,

@@ -17,6 +17,8 @@ from simulations.network import Network, derive_seed
 from simulations.run import simulate
 from simulations.scenario import NetworkSpec, load_scenario
 
+from _scenario import group, write_scenario
+
 
 def test_engine_orders_by_time_then_scheduling_order() -> None:
     engine = Engine()
@@ -75,30 +77,18 @@ class DiscoveringNode:
         return self._node.join(group, now, order=order, members=None)
 
 
-BEACONS = """
-seed = 4
-nodes = 6
-duration = 5.0
-[network]
-latency_ms = { median = 1.0, sigma = 0.0 }
-[protocol]
-beacon_interval = 1.0
-[[groups]]
-name = "g"
-members = "all"
-rate = 0.0
-[[faults]]
-at = 1.5
-pause = [2]
-for = 2.0
-"""
+BEACONS = {
+    "seed": 4, "nodes": 6, "duration": 5.0,
+    "network": {"latency_ms": {"median": 1.0, "sigma": 0.0}},
+    "protocol": {"beacon_interval": 1.0},
+    "groups": [group(rate=0.0)],
+    "faults": [{"at": 1.5, "pause": [2], "for": 2.0}],
+}
 
 
 def test_timers_fire_and_a_paused_node_fires_late(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(simulator_module, "Node", DiscoveringNode)
-    source = tmp_path / "beacons.toml"
-    source.write_text(BEACONS)
-    scenario = load_scenario(source)
+    scenario = load_scenario(write_scenario(tmp_path / "beacons.toml", **BEACONS))
     simulate(scenario, tmp_path / "run", progress=False)
     replay = scenario.replay_command(str(tmp_path / "run")) + "  (with DiscoveringNode)"
     net = pq.read_table(tmp_path / "run" / "net").to_pandas()

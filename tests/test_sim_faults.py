@@ -12,50 +12,29 @@ from simulations.checks import read_events
 from simulations.run import simulate
 from simulations.scenario import load_scenario
 
-FAULTS = """
-seed = 21
-nodes = 16
-duration = 10.0
-[network]
-latency_ms = { median = 1.0, sigma = 0.3 }
-loss = 0.0
-[[groups]]
-name = "g"
-members = "all"
-rate = 40.0
-size = 32
-[[faults]]
-at = 1.0
-crash = [1]
-[[faults]]
-at = 2.0
-partition = [[0, 2, 3, 4, 5], [6, 7, 8, 9]]
-[[faults]]
-at = 4.0
-recover = [1]
-[[faults]]
-at = 5.0
-heal = true
-[[faults]]
-at = 5.5
-join = [14, 15]
-[[faults]]
-at = 6.0
-pause = [2]
-for = 1.5
-[[faults]]
-at = 8.0
-leave = [3]
-"""
+from _scenario import group, write_scenario
+
+FAULTS = {
+    "seed": 21, "nodes": 16, "duration": 10.0,
+    "network": {"latency_ms": {"median": 1.0, "sigma": 0.3}, "loss": 0.0},
+    "groups": [group(rate=40.0, size=32)],
+    "faults": [
+        {"at": 1.0, "crash": [1]},
+        {"at": 2.0, "partition": [[0, 2, 3, 4, 5], [6, 7, 8, 9]]},
+        {"at": 4.0, "recover": [1]},
+        {"at": 5.0, "heal": True},
+        {"at": 5.5, "join": [14, 15]},
+        {"at": 6.0, "pause": [2], "for": 1.5},
+        {"at": 8.0, "leave": [3]},
+    ],
+}
 
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str]:
     """The events of the FAULTS run, and the command that replays it."""
     base = tmp_path_factory.mktemp("faults")
-    source = base / "faults.toml"
-    source.write_text(FAULTS)
-    scenario = load_scenario(source)
+    scenario = load_scenario(write_scenario(base / "faults.toml", **FAULTS))
     simulate(scenario, base / "run", progress=False)
     return read_events(base / "run"), scenario.replay_command(str(base / "run"))
 

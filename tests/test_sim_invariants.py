@@ -4,6 +4,7 @@ on small hand-made traces, where each violation is planted on purpose."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,39 +23,21 @@ from simulations.checks import (
 from simulations.run import simulate
 from simulations.scenario import load_scenario
 
-ROUGH = """
-seed = {seed}
-nodes = 25
-duration = 6.0
-[network]
-latency_ms = {{ median = 2.0, sigma = 1.5 }}   # wide spread: plenty of reordering
-loss = 0.1
-duplicate = 0.3
-[[groups]]
-name = "a"
-members = "all"
-rate = 60.0
-size = 64
-[[groups]]
-name = "b"
-order = "total"
-members = [0, 3, 5, 7, 11, 13, 17, 19, 23]
-rate = 30.0
-size = 16
-[[faults]]
-at = 2.0
-crash = [5]
-[[faults]]
-at = 3.0
-recover = [5]
-"""
+from _scenario import group
+
+ROUGH = {
+    "nodes": 25, "duration": 6.0,
+    # wide spread: plenty of reordering
+    "network": {"latency_ms": {"median": 2.0, "sigma": 1.5}, "loss": 0.1, "duplicate": 0.3},
+    "groups": [group("a", rate=60.0, size=64),
+               group("b", order="total", members=[0, 3, 5, 7, 11, 13, 17, 19, 23], rate=30.0, size=16)],
+    "faults": [{"at": 2.0, "crash": [5]}, {"at": 3.0, "recover": [5]}],
+}
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_no_duplicate_and_increasing_seq(tmp_path: Path, seed: int) -> None:
-    source = tmp_path / "rough.toml"
-    source.write_text(ROUGH.format(seed=seed))
-    scenario = load_scenario(source)
+def test_no_duplicate_and_increasing_seq(tmp_path: Path, scenario_file: Callable[..., Path], seed: int) -> None:
+    scenario = load_scenario(scenario_file("rough", seed=seed, **ROUGH))
     summary = simulate(scenario, tmp_path / "run", progress=False)
     replay = scenario.replay_command(str(tmp_path / "run"))
     events = read_events(tmp_path / "run")
@@ -190,31 +173,17 @@ def test_optimistic_message_with_unknown_optimistic_view_is_skipped() -> None:
     assert optimistic_view_violations(trace(rows)).empty
 
 
-SMALL = """
-seed = 3
-nodes = 8
-duration = 3.0
-[network]
-latency_ms = { median = 2.0, sigma = 1.0 }
-loss = 0.05
-[[groups]]
-name = "a"
-members = "all"
-rate = 40.0
-size = 32
-[[faults]]
-at = 1.0
-crash = [2]
-[[faults]]
-at = 1.5
-recover = [2]
-"""
+SMALL = {
+    "seed": 3, "nodes": 8, "duration": 3.0,
+    "network": {"latency_ms": {"median": 2.0, "sigma": 1.0}, "loss": 0.05},
+    "groups": [group("a", rate=40.0, size=32)],
+    "faults": [{"at": 1.0, "crash": [2]}, {"at": 1.5, "recover": [2]}],
+}
 
 
-def test_violations_reports_invariants_5_and_7_on_a_simulated_run(tmp_path: Path) -> None:
-    source = tmp_path / "small.toml"
-    source.write_text(SMALL)
-    simulate(load_scenario(source), tmp_path / "run", progress=False)
+def test_violations_reports_invariants_5_and_7_on_a_simulated_run(tmp_path: Path,
+                                                                   scenario_file: Callable[..., Path]) -> None:
+    simulate(load_scenario(scenario_file("small", **SMALL)), tmp_path / "run", progress=False)
     counts = violations(read_events(tmp_path / "run"))
     for key in ("5_virtual_synchrony", "7_rolled_back_delivered", "7_outside_optimistic_view"):
         assert isinstance(counts[key], int) and counts[key] >= 0, counts

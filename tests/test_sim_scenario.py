@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import re
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +216,14 @@ def test_text_errors_and_overrides(text: str, overrides: dict[str, Any], expecte
 def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot read scenario"):
         load_scenario(tmp_path / "nope.toml")
+
+
+def test_a_written_scenario_reads_back_as_written(scenario_file: Callable[..., Path]) -> None:
+    """The ``scenario_file`` fixture (tests/_scenario.py) writes the TOML a test's fields say."""
+    fields = copy.deepcopy(BASE)
+    fields["faults"] += [{"at": 2.5, "partition": [[0, 1], [2, 3]]}, {"at": 3.0, "heal": True},
+                         {"at": 4.0, "pause": [5], "for": 2.0}]
+    path = scenario_file("written", **fields)
+    assert tomllib.loads(path.read_text()) == fields
+    assert load_scenario(path).to_json() == build_scenario(fields, str(path)).to_json()
+    assert tomllib.loads(scenario_file(seed=None, groups=None).read_text()) == {"nodes": 8, "duration": 1.0}

@@ -14,27 +14,14 @@ import pytest
 from simulations.run import RunSummary, simulate
 from simulations.scenario import load_scenario
 
-SMALL = """
-seed = {seed}
-nodes = 20
-duration = 5.0
-[network]
-latency_ms = {{ median = 1.0, sigma = 0.5 }}
-loss = 0.05
-duplicate = 0.01
-[[groups]]
-name = "g"
-order = "fifo"
-members = "all"
-rate = 30.0
-size = 100
-[[faults]]
-at = 2.0
-crash = [4]
-[[faults]]
-at = 3.0
-recover = [4]
-"""
+from _scenario import group, write_scenario
+
+SMALL = {
+    "nodes": 20, "duration": 5.0,
+    "network": {"latency_ms": {"median": 1.0, "sigma": 0.5}, "loss": 0.05, "duplicate": 0.01},
+    "groups": [group(order="fifo", rate=30.0, size=100)],
+    "faults": [{"at": 2.0, "crash": [4]}, {"at": 3.0, "recover": [4]}],
+}
 
 EVENT_TYPES = [
     ("t", pa.float64()), ("node", pa.int64()), ("kind", pa.string()), ("group", pa.string()),
@@ -50,9 +37,7 @@ NET_TYPES = [
 
 def run_small(tmp_path: Path, seed: int, name: str = "run") -> tuple[Path, RunSummary, str]:
     """Run SMALL with ``seed``; returns (run dir, summary, replay command)."""
-    source = tmp_path / f"small-{seed}.toml"
-    source.write_text(SMALL.format(seed=seed))
-    scenario = load_scenario(source)
+    scenario = load_scenario(write_scenario(tmp_path / f"small-{seed}.toml", seed=seed, **SMALL))
     out = tmp_path / name
     return out, simulate(scenario, out, progress=False), scenario.replay_command(str(out))
 

@@ -8,18 +8,17 @@ from pathlib import Path
 
 from simulations.checks import reach, read_events, violations
 from simulations.run import simulate
-from simulations.scenario import build_scenario
+from simulations.scenario import load_scenario
+
+from _scenario import write_scenario
 
 NETWORK = {"latency_ms": {"median": 1.0, "sigma": 0.5}}
 
 
 def run(tmp_path: Path, raw: dict) -> tuple[object, object, str]:
-    scenario = build_scenario(raw)
-    path = tmp_path / "scenario.toml"
-    path.write_text(_toml(raw))
+    scenario = load_scenario(write_scenario(tmp_path / "scenario.toml", **raw))
     summary = simulate(scenario, tmp_path / "run", progress=False)
-    replay = f"sgcs simulate {path} --out RUN --seed {raw['seed']}"
-    return summary, read_events(tmp_path / "run"), replay
+    return summary, read_events(tmp_path / "run"), scenario.replay_command(str(tmp_path / "run"))
 
 
 def test_lossy_duplicating_network_loses_nothing(tmp_path: Path) -> None:
@@ -54,20 +53,3 @@ def fifo_violations(events: object) -> dict[str, int]:
     """Invariants 1, 2 and 6: what a FIFO group promises (3 and 4 are not its own)."""
     found = violations(events)
     return {key: found[key] for key in ("1_duplicate", "2_fifo", "6_loss_among_survivors")}
-
-
-def _toml(raw: dict) -> str:
-    """Enough TOML for the replay file of these scenarios."""
-    lines = [f"{k} = {v}" for k, v in raw.items() if not isinstance(v, (dict, list))]
-    for table in ("network", "protocol"):
-        if table in raw:
-            lines.append(f"[{table}]")
-            for key, value in raw[table].items():
-                if isinstance(value, dict):
-                    value = "{ " + ", ".join(f"{k} = {v}" for k, v in value.items()) + " }"
-                lines.append(f"{key} = {value}")
-    for key in ("groups", "faults"):
-        for entry in raw.get(key, []):
-            lines.append(f"[[{key}]]")
-            lines += [f"{k} = {v!r}".replace("'", '"') for k, v in entry.items()]
-    return "\n".join(lines) + "\n"

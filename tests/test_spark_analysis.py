@@ -25,26 +25,14 @@ import spark_traces  # noqa: E402 (after the importorskip)
 from sgcs.apps.cli import main  # noqa: E402
 from simulations import checks  # noqa: E402
 
-SCENARIO = """
-seed = 3
-nodes = 8
-duration = 6.0
-[network]
-latency_ms = { median = 1.0, sigma = 0.5 }
-loss = 0.02
-[[groups]]
-name = "g"
-order = "total"
-members = "all"
-rate = 20.0
-size = 64
-[[faults]]
-at = 2.0
-crash = [5]
-[[faults]]
-at = 4.0
-recover = [5]
-"""
+from _scenario import group, write_scenario  # noqa: E402
+
+SCENARIO = {
+    "seed": 3, "nodes": 8, "duration": 6.0,
+    "network": {"latency_ms": {"median": 1.0, "sigma": 0.5}, "loss": 0.02},
+    "groups": [group(order="total", rate=20.0, size=64)],
+    "faults": [{"at": 2.0, "crash": [5]}, {"at": 4.0, "recover": [5]}],
+}
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +48,7 @@ def _simulate(tmp: Path) -> str:
     from simulations.run import simulate
     from simulations.scenario import load_scenario
 
-    (tmp / "scenario.toml").write_text(SCENARIO)
-    simulate(load_scenario(str(tmp / "scenario.toml")), str(tmp / "sim"), progress=False)
+    simulate(load_scenario(write_scenario(tmp / "scenario.toml", **SCENARIO)), str(tmp / "sim"), progress=False)
     return str(tmp / "sim")
 
 

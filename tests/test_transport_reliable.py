@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -17,88 +18,89 @@ from sgcs.membership.roster import roster_of
 from sgcs.transport.records import Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
 from sgcs.transport.reliable import ReliableStream, TransportParams
 
+from _memnet import Datagram, MemoryNetwork
+
 PARAMS = TransportParams(fragment_size=16, window_max=256)
 
 
-class Network:
-    """In-flight outputs of the streams, delivered in any order the test picks."""
+class Peer:
+    """A ``ReliableStream`` as an endpoint of the shared in-memory network: its
+    datagrams are the stream's outputs, handed to the receiving stream's
+    handler for their kind; what it delivers goes to ``delivered``."""
 
-    def __init__(self, streams: dict[int, ReliableStream]) -> None:
-        self.streams = streams
-        self.in_flight: list[tuple[int, int, object]] = []  # (src, dst, output)
-        self.delivered: dict[int, list[tuple[int, int, bytes]]] = {i: [] for i in streams}
-        self.sent: list[tuple[int, int, bytes]] = []
+    def __init__(self, stream: ReliableStream) -> None:
+        self.stream = stream
+        self.delivered: list[tuple[int, int, bytes]] = []
 
-    def route(self, src: int, outputs: list) -> None:
-        for out in outputs:
-            if isinstance(out, (OutRecords, OutStable)) and out.dst is None:
-                self.in_flight += [(src, dst, out) for dst in sorted(self.streams) if dst != src]
-            else:
-                self.in_flight.append((src, out.dst, out))
+    def next_deadline(self) -> float | None:
+        return self.stream.next_deadline()
 
-    def handle(self, src: int, dst: int, out: object, now: float) -> None:
-        stream = self.streams[dst]
+    def handle_timeout(self, now: float) -> list:
+        return self.stream.on_timeout(now)
+
+    def handle_datagram(self, src: int, out: object, now: float) -> list:
+        stream = self.stream
         if isinstance(out, OutRecords):
-            for m in stream.on_records(src, out.records, out.kind, now):
-                self.delivered[dst].append((m.sender, m.seq, m.payload))
+            self.delivered += [(m.sender, m.seq, m.payload) for m in stream.on_records(src, out.records, out.kind, now)]
         elif isinstance(out, OutNack):
-            self.route(dst, stream.on_nack(src, out.sender, out.ranges, out.pull))
+            return stream.on_nack(src, out.sender, out.ranges, out.pull)
         elif isinstance(out, OutDigest):
-            self.route(dst, stream.on_digest(src, out.entries, now, out.aggregate))
+            return stream.on_digest(src, out.entries, now, out.aggregate)
         elif isinstance(out, OutNull):
             stream.on_acks(src, out.acks, now)
         elif isinstance(out, OutStable):
-            self.route(dst, stream.on_stable(src, out.roster, out.entries))
+            return stream.on_stable(src, out.roster, out.entries)
+        return []
 
-    def fire_timers(self, now: float) -> None:
-        for i, stream in sorted(self.streams.items()):
-            deadline = stream.next_deadline()
-            if deadline is not None and deadline <= now:
-                self.route(i, stream.on_timeout(now))
+
+class StreamNetwork(MemoryNetwork[Peer]):
+    """Outputs with no ``dst`` (records, stability announcements) go to every other member."""
+
+    def fan_out(self, src: int, out: Any) -> list[Datagram]:
+        return self.to_others(src, out) if out.dst is None else [Datagram(src, out.dst, out)]
 
 
 class LossyNetwork(RuleBasedStateMachine):
     @initialize(count=st.integers(3, 5), seed=st.integers(0, 2**16))
     def start(self, count: int, seed: int) -> None:
         members = tuple(range(1, count + 1))
-        self.now = 0.0
-        self.net = Network({i: ReliableStream(i, members, PARAMS, random.Random(seed + i), 0.0) for i in members})
+        self.net = StreamNetwork({i: Peer(ReliableStream(i, members, PARAMS, random.Random(seed + i), 0.0))
+                                  for i in members})
+        self.sent: list[tuple[int, int, bytes]] = []
 
     @rule(data=st.data(), payload=st.binary(max_size=40))
     def send(self, data: st.DataObject, payload: bytes) -> None:
-        sender = data.draw(st.sampled_from(sorted(self.net.streams)))
-        stream = self.net.streams[sender]
-        if stream.send_delay() is None:
+        sender = data.draw(st.sampled_from(sorted(self.net.nodes)))
+        peer = self.net.nodes[sender]
+        if peer.stream.send_delay() is None:
             return  # window full: the application waits
-        seq, outputs = stream.send(payload, self.now)
-        self.net.sent.append((sender, seq, payload))
-        self.net.delivered[sender].append((sender, seq, payload))  # a sender delivers its own
-        self.net.route(sender, outputs)
+        seq, outputs = peer.stream.send(payload, self.net.now)
+        self.sent.append((sender, seq, payload))
+        peer.delivered.append((sender, seq, payload))  # a sender delivers its own
+        self.net.submit(sender, outputs)
 
     @rule(data=st.data(), duplicate=st.booleans())
     def deliver(self, data: st.DataObject, duplicate: bool) -> None:
         if self.net.in_flight:
             index = data.draw(st.integers(0, len(self.net.in_flight) - 1))  # reordering
-            item = self.net.in_flight[index] if duplicate else self.net.in_flight.pop(index)
-            self.net.handle(*item, self.now)
+            self.net.deliver(index, keep_copy=duplicate)
 
     @rule(data=st.data())
     def drop(self, data: st.DataObject) -> None:
         if self.net.in_flight:
-            self.net.in_flight.pop(data.draw(st.integers(0, len(self.net.in_flight) - 1)))
+            self.net.drop(data.draw(st.integers(0, len(self.net.in_flight) - 1)))
 
     @rule(step=st.sampled_from([0.001, 0.01, 0.05, 0.2, 1.0]))
     def advance(self, step: float) -> None:  # delay: time passes with datagrams still in flight
-        self.now += step
-        self.net.fire_timers(self.now)
+        self.net.advance(step)
 
     @invariant()
     def exactly_once_fifo(self) -> None:
-        for node, log in self.net.delivered.items():
-            ids = [(s, q) for s, q, _ in log]
+        for node, peer in self.net.nodes.items():
+            ids = [(s, q) for s, q, _ in peer.delivered]
             assert len(ids) == len(set(ids)), f"node {node} delivered a message twice"
             last: dict[int, int] = {}
-            for sender, seq, _ in log:
+            for sender, seq, _ in peer.delivered:
                 assert seq > last.get(sender, 0), f"node {node}: FIFO broken for sender {sender}"
                 last[sender] = seq
 
@@ -106,16 +108,14 @@ class LossyNetwork(RuleBasedStateMachine):
         if not hasattr(self, "net"):
             return
         for _ in range(5_000):  # heal: no more loss, until everything is stable and quiet
-            while self.net.in_flight:
-                self.net.handle(*self.net.in_flight.pop(0), self.now)
-            self.now += 0.05
-            self.net.fire_timers(self.now)
-            if not self.net.in_flight and all(s.next_deadline() is None for s in self.net.streams.values()):
+            self.net.flush()
+            self.net.advance(0.05)
+            if not self.net.in_flight and all(p.next_deadline() is None for p in self.net.nodes.values()):
                 break
-        expected = sorted(self.net.sent)
-        for node, log in self.net.delivered.items():
-            assert sorted(log) == expected, f"node {node} is missing messages after healing"
-            assert self.net.streams[node].window() == 0, f"node {node} still buffers unstable records"
+        expected = sorted(self.sent)
+        for node, peer in self.net.nodes.items():
+            assert sorted(peer.delivered) == expected, f"node {node} is missing messages after healing"
+            assert peer.stream.window() == 0, f"node {node} still buffers unstable records"
 
 
 LossyNetwork.TestCase.settings = settings(max_examples=80, stateful_step_count=60, deadline=None)

@@ -35,6 +35,8 @@ from sgcs.membership.messages import (MESSAGES, CommitMsg, ControlMessage, Flush
                                       decode_untrusted, encode)
 from sgcs.wire import Control, Flag, HelloMsg, LeaveMsg, MsgType
 
+from _memnet import Datagram, MemoryNetwork
+
 SECRET = b"fuzz-secret"
 KEY = wire.derive_key(SECRET)
 GROUP = "g"
@@ -250,11 +252,10 @@ def decoder_target(name: str) -> Callable[[bytes], None]:
 
 
 @dataclass
-class Harness:
-    """One node joined to GROUP, and what the fuzz has sent it so far."""
+class Harness(MemoryNetwork[Node]):
+    """One node joined to GROUP on the shared in-memory network, where the fuzz
+    plays every peer (``("peer", n)``), and what it has sent the node so far."""
 
-    node: Node
-    now: float = 0.0
     last: bytes = b""
     last_src: int = 0
     own_proposal: Propose | None = None
@@ -265,6 +266,16 @@ class Harness:
     sealers: dict[int, Any] = field(default_factory=dict)
     boots: dict[int, int] = field(default_factory=dict)
     """A sender's current boot; the fuzz restarts senders to move it."""
+    address: Any = field(init=False, default=None)
+    """The node's own address, ``("peer", its id)``."""
+
+    def __post_init__(self) -> None:
+        (self.address,) = self.nodes
+        self.observer = self._watch
+
+    @property
+    def node(self) -> Node:
+        return self.nodes[self.address]
 
     def send(self, msg_type: int, flags: int, sender: int, body: bytes) -> None:
         boot = self.boots.get(sender, 1 << 32)
@@ -272,16 +283,19 @@ class Harness:
 
     def feed(self, data: bytes, src: int = 0) -> None:
         self.last, self.last_src = data, src
-        self.observe(self.node.handle_datagram(("peer", src), data, self.now))
+        self.inject(Datagram(("peer", src), self.address, data))
 
     def observe(self, actions: list) -> None:
-        for action in actions:
-            if type(action) in (Send, Multicast) and action.msg_type is MsgType.PROPOSE:
-                cipher = (_CIPHER,) if self.encrypt else ()  # an sgcs before encryption takes no cipher
-                _, body = wire.decode_datagram_untrusted(action.data, KEY, *cipher)
-                proposal = decode_untrusted(MsgType.PROPOSE, body)
-                assert isinstance(proposal, Propose)
-                self.own_proposal = proposal
+        """Take the actions of a call on the node (its sends go nowhere: no peer runs)."""
+        self.submit(self.address, actions)
+
+    def _watch(self, node: Any, action: Any) -> None:
+        if type(action) in (Send, Multicast) and action.msg_type is MsgType.PROPOSE:
+            cipher = (_CIPHER,) if self.encrypt else ()  # an sgcs before encryption takes no cipher
+            _, body = wire.decode_datagram_untrusted(action.data, KEY, *cipher)
+            proposal = decode_untrusted(MsgType.PROPOSE, body)
+            assert isinstance(proposal, Propose)
+            self.own_proposal = proposal
 
 
 def _control_body(r: Reader, h: Harness, msg_type: MsgType) -> tuple[int, bytes]:
@@ -442,7 +456,7 @@ def make_harness(r: Reader) -> Harness:
     config = Config(secret=SECRET, encrypt=True) if encrypt else Config(secret=SECRET)  # type: ignore[call-arg]
     node = Node(1 + (setup >> 4 & 1), config, random.Random(setup), resolve=lambda n: ("peer", n),
                 trace=bool(setup & 8))
-    h = Harness(node, encrypt=encrypt)
+    h = Harness({("peer", node.id): node}, encrypt=encrypt)
     h.observe(node.join(GROUP, 0.0, ORDERS[setup & 3], members=None if setup & 4 else (1, 2, 3)))
     return h
 
