@@ -530,13 +530,19 @@ class ReliableStream:
             return
         if self._acked is not None:
             self._note_ack(member, sender, high)
-        if member != sender and member != self.me and sender != self.me:
+        if sender == self.me:
+            return
+        inbound = self._inbound_of(sender)
+        if high <= inbound.contig:
+            # the usual case (a digest lists every unstable stream, most of
+            # them as far as we hold): nothing to fetch, and a member holding
+            # no more than we do is no NACK target for what we will lack next
+            return
+        if member != sender and member != self.me:
             self._hint_holder(sender, member, high)
-        if sender != self.me:
-            inbound = self._inbound_of(sender)
-            if inbound.synced and high > inbound.known_high:
-                inbound.known_high = high  # the ACK reveals records we lack
-                self._reschedule_nack(sender, inbound, now)
+        if inbound.synced and high > inbound.known_high:
+            inbound.known_high = high  # the ACK reveals records we lack
+            self._reschedule_nack(sender, inbound, now)
 
     def _hint_holder(self, sender: int, member: int, high: int) -> None:
         """Remember the member known to hold most of ``sender``'s stream (the
