@@ -609,7 +609,7 @@ def encode_roster_heartbeat(roster: int, start: int, counters: np.ndarray) -> by
 
 
 def decode_roster_heartbeat_untrusted(body: bytes) -> tuple[int, int, np.ndarray]:
-    """Returns (roster tag, start position, counters as int64)."""
+    """Returns (roster tag, start position, counters as native uint16)."""
     if len(body) < _ROSTER_HEARTBEAT.size:
         raise DecodeError("length", "roster heartbeat")
     roster, start, count = _ROSTER_HEARTBEAT.unpack_from(body)
@@ -617,7 +617,7 @@ def decode_roster_heartbeat_untrusted(body: bytes) -> tuple[int, int, np.ndarray
         raise DecodeError("length", "roster heartbeat entries")
     if start > 2**31:
         raise DecodeError("body", "roster heartbeat start out of range")
-    return roster, start, np.frombuffer(body, dtype=">u2", offset=_ROSTER_HEARTBEAT.size).astype(np.int64)
+    return roster, start, np.frombuffer(body, dtype=">u2", offset=_ROSTER_HEARTBEAT.size).astype(np.uint16)
 
 
 def encode_control(msg: Control) -> bytes:

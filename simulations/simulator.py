@@ -182,9 +182,8 @@ class Simulator:
         """Start the nodes, run to the scenario's duration, close the trace."""
         scenario = self.scenario
         try:
-            with _rare_collections():
+            with _no_collections():
                 start_run(self)
-                gc.freeze()  # the nodes' long-lived state: out of every later collection's way
                 self.engine.run(scenario.duration, self._dispatch, progress)
         except UsageError:
             raise
@@ -395,23 +394,23 @@ class Simulator:
             self.counters.unicast_deliveries += 1
 
 
-GC_THRESHOLD = 100_000
-"""Allocations between two young-generation collections during a run (Python's default is 700)."""
-
-
 @contextmanager
-def _rare_collections() -> Iterator[None]:
-    """A run allocates millions of short-lived tuples and messages, nearly
-    none in reference cycles, and the cyclic collector's passes took about a
-    tenth of a 1,000-node run and a seventh of a 10,000-node one (py-spy):
-    collect rarely while it runs, and never look again at what start-up built."""
-    before = gc.get_threshold()
-    gc.set_threshold(GC_THRESHOLD, 50, 100)
+def _no_collections() -> Iterator[None]:
+    """A run allocates millions of short-lived tuples and messages and makes
+    no reference cycles: the protocol objects hold none (a node dropped from
+    a 3-node group leaves 0 objects for the collector), and after a
+    2,000-node, 10-second run with the collector off, ``gc.collect()`` found
+    33 unreachable objects. Its passes over the young objects still took a
+    twentieth of a 2,000-node run and a thirteenth of a 10,000-node one
+    (py-spy): it is off while the simulation runs; reference counting frees
+    everything."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 def _ignore(node_id: int, action: Any, now: float) -> None:

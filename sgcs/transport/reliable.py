@@ -315,7 +315,7 @@ class ReliableStream:
         self._null_delay = min(self.params.ack_interval, self.params.promise_spacing * n)
         self._depth = math.ceil(math.log2(n)) if n > 1 else 0
         self._levels = {}
-        self._sent_floors = [hash(())] * self._depth
+        self._sent_floors = [hash(((), ()))] * self._depth
         self._clock_levels = [0] * self._depth
         self._sent_clocks = [0] * self._depth
         self._known_stable = {}
@@ -639,9 +639,15 @@ class ReliableStream:
         budget = self.params.push_budget
         pushed: list[Record] = []
         self._collect_garbage()
+        index, inbounds, me = self._index, self._inbound, self.me
+        quick = self._acked is None and not self.promise_nulls
         for sender, high in entries:
-            if sender not in self._index:
+            if sender not in index:
                 continue
+            if quick and sender != me:
+                inbound = inbounds.get(sender)
+                if inbound is not None and inbound.contig == high:
+                    continue  # the usual entry: we hold as much as src, so nothing to learn, push or pull
             self._learn_ack(src, sender, high, now)
             mine = self._contig_of(sender)
             if high < mine and len(pushed) < budget and self.params.gossip_enabled:
@@ -790,10 +796,11 @@ class ReliableStream:
         tag, linger = self._roster.tag, self._linger
         extras = self.params.extra_levels  # the lowest changed levels first: a value climbs from level 0
         out: list[Out] = asks
-        for level, floors in enumerate(self._floor_rows(senders)):
+        listed = tuple(senders)
+        for level, values in enumerate(self._floor_rows(senders)):
             if level > k and (direct or extras == 0):
                 break
-            floors_hash = hash(floors)
+            floors_hash = hash((listed, values))  # pairs are built only for the levels that go out
             changed = floors_hash != self._sent_floors[level] or clocks[level] != self._sent_clocks[level]
             if level != k and (direct or not changed) or level == k and not (senders or refresh or changed):
                 continue
@@ -811,7 +818,7 @@ class ReliableStream:
             repair = level == k and self.params.gossip_enabled
             entries = tuple((s, self._contig_of(s)) for s in senders) if repair else ()
             target = self.members[(self._position + (1 << level)) % len(self.members)]
-            out.append(OutDigest(target, entries, Aggregate(level, tag, floors, clocks[level])))
+            out.append(OutDigest(target, entries, Aggregate(level, tag, tuple(zip(listed, values)), clocks[level])))
         return out
 
     def _promise_clock(self) -> int:
@@ -835,12 +842,13 @@ class ReliableStream:
         has been heard)."""
         return min(self._promise_clock(), *self._clock_levels) if self._clock_levels else self._promise_clock()
 
-    def _floor_rows(self, senders: list[int]) -> Iterator[tuple[Ack, ...]]:
-        """Level by level, the floors of ``senders``: the lowest number held by
-        the 2**level members ending at us. Our stable prefix bounds each from
-        below: every member of the view holds that much. (A member that learnt
-        stability from the ACK matrix, before the all-reduce completed, must
-        still pass it on: the others may depend on the gossip alone.)"""
+    def _floor_rows(self, senders: list[int]) -> Iterator[tuple[int, ...]]:
+        """Level by level, the floors of ``senders`` (in their order): the
+        lowest number held by the 2**level members ending at us. Our stable
+        prefix bounds each from below: every member of the view holds that
+        much. (A member that learnt stability from the ACK matrix, before the
+        all-reduce completed, must still pass it on: the others may depend on
+        the gossip alone.)"""
         stable, levels = self._stable, self._levels
         lows = [stable.get(sender, 0) for sender in senders]
         running = [self._contig_of(sender) for sender in senders]
@@ -848,7 +856,7 @@ class ReliableStream:
         for level in range(self._depth):
             if level:
                 running = [min(r, row[level - 1]) if row is not None else 0 for r, row in zip(running, rows)]
-            yield tuple((s, r if r > low else low) for s, r, low in zip(senders, running, lows))
+            yield tuple([r if r > low else low for r, low in zip(running, lows)])
 
     def _retire_quiet_senders(self) -> None:
         """A sender all stable here, whose lingering is over (every level sent
