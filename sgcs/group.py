@@ -171,6 +171,7 @@ class GroupStack:
         """(coordinator, incarnation, epoch) of a beacon that listed exactly our
         view: its repeats need not be decoded (O(N) member lists at scale)."""
         self.incarnations: dict[int, int] = {}
+        """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
         self.delivered_high: dict[int, int] = {}
         """Per sender, the last multicast record we delivered, in any view.
         A flush reports it so that no commit rolls back what we delivered,
@@ -178,7 +179,6 @@ class GroupStack:
         567377617: a coordinator that had delivered a message in a view it
         then left alone committed a later view that rolled it back). Kept
         for members of our view and a few others (``_forget_departed``)."""
-        """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
         self.joined_at: dict[int, int] = {}
         """Epoch of the view that admitted each member newer than our first view."""
         self.joining = False

@@ -50,9 +50,9 @@ from pyspark.sql import types as T
 DEFAULT_GOSSIP_INTERVAL = Params().gossip_interval
 """Seconds per gossip round when a scenario does not set one (sgcs.Config's default)."""
 ROW_INDEX_BITS = 40
+"""``pos`` = part index << 40 | row index: 10^12 rows per part file is far beyond any trace."""
 REAL_SOURCE = "real"
 """meta.json's ``scenario.source`` in traces of real processes (``sgcs.io.recorder``)."""
-"""``pos`` = part index << 40 | row index: 10^12 rows per part file is far beyond any trace."""
 
 EVENT_COLUMNS: dict[str, T.DataType] = {
     "t": T.DoubleType(), "node": T.LongType(), "kind": T.StringType(), "group": T.StringType(),

@@ -256,13 +256,13 @@ class ReliableStream:
         self._clock_levels: list[int] = []
         """Per level, the promise clock of the 2**k members before us (latest heard)."""
         self._known_stable: dict[int, int] = {}
+        """Per sender, the prefix every member of the current roster holds, as
+        learnt in this roster (kept after the sender's state retires): what we
+        tell a member whose gossip lags."""
         self._stuck = (0, 0)
         """(our oldest unstable own record, the round since which it is): see ``_ask_if_stuck``."""
         self._retired: dict[int, int] = {}
         """Senders whose stability state retired, oldest first, with the round it did."""
-        """Per sender, the prefix every member of the current roster holds, as
-        learnt in this roster (kept after the sender's state retires): what we
-        tell a member whose gossip lags."""
         self._sent_clocks: list[int] = []
         self.set_members(members)
 
