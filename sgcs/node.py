@@ -52,7 +52,7 @@ from .actions import (
 from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
 from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack
-from .membership.agreement import CtlSend, View
+from .membership.agreement import View
 from .membership.roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdSend, Verdict
 from .membership.messages import Ask, AskReply, Probe, ViewMessage, decode_untrusted, decode_view_message
