@@ -28,8 +28,9 @@ against any peer, or limits of the wire format, which no deployment should
 tune and some of which the decoders must agree on (``MAX_PEERS``,
 ``MAX_GROUPS``, ``MAX_LEFT`` in ``sgcs.node``; ``MAX_REJECTED``, ``MAX_EPOCH``
 in ``sgcs.group``; ``SENDER_BUFFER_FACTOR``, ``AGGREGATE_MAX``,
-``ACK_MATRIX_MAX`` (the N x N ACK table, 64 x 64 at most) and ``MISSING_SCAN``
-in ``transport.reliable``; ``PROMISES_MAX`` in ``ordering.total``;
+``ACK_MATRIX_MAX`` (the N x N ACK table, 64 x 64 at most), ``MISSING_SCAN``
+and ``ORDERED_ACKS`` (no cap: an ordered message lists its causal past) in
+``transport.reliable``; ``PROMISES_MAX`` in ``ordering.total``;
 ``MAX_ATTEMPT`` in ``membership.agreement``; ``ROSTER_CACHE``; the detector's
 millisecond clock representation; every ``MAX_*`` of ``sgcs.wire`` and the
 replay window of ``sgcs.security``); the record sizes of the wire layout
@@ -37,7 +38,9 @@ replay window of ``sgcs.security``); the record sizes of the wire layout
 promise clock is sent again every fourth round; a member whose own message
 stays unstable asks its predecessors after two cycles of levels; what is known
 stable of a retired stream is kept four cycles), which are counted in gossip
-rounds and so scale with ``gossip_interval`` already.
+rounds and so scale with ``gossip_interval`` already; and the jitter of a
+first timer (a NACK, the first gossip round, a beacon: uniform in 0.5 to 1.5
+times its interval), a spread, not a duration.
 """
 
 from __future__ import annotations
