@@ -51,8 +51,9 @@ from typing import Any
 
 import numpy as np
 
-from sgcs.membership.detector import FailureDetector, FdEvent, FdParams, FdSend
+from sgcs.membership.detector import FailureDetector, FdEvent, FdSend
 from sgcs.membership.messages import Ask, AskReply, Probe, decode_untrusted
+from sgcs.transport.params import Params
 from sgcs.wire import MsgType, decode_heartbeat_untrusted, decode_roster_heartbeat_untrusted
 
 HEARTBEATS = (MsgType.HEARTBEAT, MsgType.HEARTBEAT_ROSTER)
@@ -140,7 +141,7 @@ class FdHarness:
         if model not in ("lockstep", "random", "desync"):
             raise ValueError(model)
         self.n, self.model, self.loss = n, model, loss
-        self.params = FdParams(gossip_interval=GOSSIP, suspect_factor=factor)
+        self.params = Params(gossip_interval=GOSSIP, suspect_factor=factor)
         self.net = random.Random(f"{seed}:net")
         self.track_spread, self.track_age = spread, age
         self.heap: list[tuple] = []

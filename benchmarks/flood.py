@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 
 from sgcs.config import Config, Order
 from sgcs.node import MAX_PEERS, Node
-from sgcs.transport.framing import fragment_size
+from sgcs.transport.params import Params
 from sgcs.transport.records import MORE_FRAGMENTS, Record
 from sgcs.transport.reliable import SENDER_BUFFER_FACTOR
 from sgcs.wire import Flag, HelloMsg, MsgType, encode_hello, encode_records, group_tag
@@ -76,13 +76,18 @@ def default_config(**fields: object) -> Config:
     return Config(name="victim", secret=SECRET, **fields)  # type: ignore[arg-type]
 
 
+def record_payload(config: Config) -> int:
+    """Payload bytes of a full record under ``config`` (``Params.fragment_size``)."""
+    return Params.of(config).fragment_size
+
+
 def cap_bytes(config: Config) -> int:
     """The heap a flood from one member may grow a node by: its unstable
     records (``SENDER_BUFFER_FACTOR * window_max``, which also hold any partial
     message, itself capped at ``max_message``), plus the per-stranger state a
     flood of fresh sender ids fills (addresses and replay windows, each capped
     at ``MAX_PEERS``), plus 8 MiB of slack for the interpreter."""
-    record = fragment_size(config.max_datagram) + RECORD_OVERHEAD
+    record = record_payload(config) + RECORD_OVERHEAD
     records = SENDER_BUFFER_FACTOR * config.window_max * record
     return records + MAX_PEERS * PEER_STATE + 8 * 1024 * 1024
 
@@ -108,19 +113,19 @@ def _bad_mac(count: int, config: Config) -> Iterator[bytes]:
 
 def _huge_seq(count: int, config: Config) -> Iterator[bytes]:
     rng, seal, tag = random.Random(2), sealer(ATTACKER), group_tag(GROUP)
-    payload = bytes(fragment_size(config.max_datagram))
+    payload = bytes(record_payload(config))
     for _ in range(count):
         yield _records(seal, tag, ATTACKER, rng.randrange(2**40, 2**62), 0, payload)
 
 
 def _far_ahead(count: int, config: Config) -> Iterator[bytes]:
-    seal, tag, payload = sealer(ATTACKER), group_tag(GROUP), bytes(fragment_size(config.max_datagram))
+    seal, tag, payload = sealer(ATTACKER), group_tag(GROUP), bytes(record_payload(config))
     for i in range(count):
         yield _records(seal, tag, ATTACKER, i + 2, 0, payload)
 
 
 def _endless_message(count: int, config: Config) -> Iterator[bytes]:
-    seal, tag, payload = sealer(ATTACKER), group_tag(GROUP), bytes(fragment_size(config.max_datagram))
+    seal, tag, payload = sealer(ATTACKER), group_tag(GROUP), bytes(record_payload(config))
     for i in range(count):
         yield _records(seal, tag, ATTACKER, i + 1, MORE_FRAGMENTS, payload)
 

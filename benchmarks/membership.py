@@ -72,7 +72,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-DEFAULT_GOSSIP_INTERVAL = 0.1
+from sgcs.transport.params import Params
+
+DEFAULT_GOSSIP_INTERVAL = Params().gossip_interval
 """Seconds per gossip round when the scenario does not set one (Config's default)."""
 KINDS = ("view", "suspect", "unsuspect", "crash", "recover", "join", "leave")
 COLUMNS = ("t", "node", "kind", "group", "view_id", "members", "optimistic", "target", "reason")

@@ -27,7 +27,8 @@ import statistics
 import time
 
 from sgcs.transport.records import OutDigest, OutNack, OutNull, OutRecords
-from sgcs.transport.reliable import ReliableStream, TransportParams
+from sgcs.transport.params import Params
+from sgcs.transport.reliable import ReliableStream
 
 WARM_UP = 0.5
 """Seconds after the last member started before the first message."""
@@ -38,7 +39,7 @@ class Harness:
                  extra_levels: int = 64) -> None:
         rng = random.Random(seed)
         self.latency, self.interval = latency, interval
-        params = TransportParams(gossip_interval=interval, max_members=max(n, 4_096), extra_levels=extra_levels)
+        params = Params(gossip_interval=interval, max_members=max(n, 4_096), stability_extra_levels=extra_levels)
         members = tuple(range(n))
         # members started up to ``spread`` apart: their round counts (hence
         # the hypercube level of each round) are out of step, as in real life

@@ -41,6 +41,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sgcs.node",
     "sgcs.group",
     "sgcs.membership.synchrony",
+    "sgcs.transport.params",
     "sgcs.transport.records",
     "sgcs.transport.reliable",
     "sgcs.transport.framing",

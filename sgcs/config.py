@@ -3,6 +3,44 @@
 A ``Config`` is immutable. Invalid values raise ``UsageError`` naming the field
 and its allowed range, so that a typo in a TOML file or a keyword argument is
 reported in one line.
+
+``Config`` is the one place where a parameter of the protocol is declared,
+with its unit and default: every timing and tuning knob of the layers is a
+field here. The layers do not read ``Config`` itself. The node builds one
+``sgcs.transport.params.Params`` from it (``Params.of``, in ``Node.__init__``)
+and hands that object to the detector, each group's view agreement, view
+change, reliable stream and unicast streams. ``Params`` repeats the protocol
+fields under the same names, with these defaults, and adds the values derived
+from them, each computed in one place (``Params.__post_init__``):
+
+* ``fragment_size``: payload bytes per record, what fits one ``max_datagram``
+  with ``fifo_acks`` ACK entries;
+* ``takeover_timeout`` and ``cut_timeout``, both ``2 * view_timeout``;
+  ``view_repeat_interval = view_timeout / view_repeats``;
+  ``reconsider_interval = view_timeout / 20``; ``verdict_wait = view_timeout / 4``
+  (see ``view_timeout``);
+* ``promise_retry = 3 * ack_interval`` (see ``ack_interval``);
+* ``suspect_timeout(N) = suspect_factor * max(suspect_min_rounds,
+  ceil(log2 N)) * gossip_interval`` (see ``suspect_factor``).
+
+What stays a constant in the code, and why: caps that bound memory or work
+against any peer, or limits of the wire format, which no deployment should
+tune and some of which the decoders must agree on (``MAX_PEERS``,
+``MAX_GROUPS``, ``MAX_LEFT`` in ``sgcs.node``; ``MAX_REJECTED``, ``MAX_EPOCH``
+in ``sgcs.group``; ``SENDER_BUFFER_FACTOR``, ``AGGREGATE_MAX``,
+``ACK_MATRIX_MAX`` (the N x N ACK table, 64 x 64 at most), ``MISSING_SCAN``
+and ``ORDERED_ACKS`` (no cap: an ordered message lists its causal past) in
+``transport.reliable``; ``PROMISES_MAX`` in ``ordering.total``;
+``MAX_ATTEMPT`` in ``membership.agreement``; ``ROSTER_CACHE``; the detector's
+millisecond clock representation; every ``MAX_*`` of ``sgcs.wire`` and the
+replay window of ``sgcs.security``); the record sizes of the wire layout
+(``transport.framing``); and the stability gossip's own round counts (a lost
+promise clock is sent again every fourth round; a member whose own message
+stays unstable asks its predecessors after two cycles of levels; what is known
+stable of a retired stream is kept four cycles), which are counted in gossip
+rounds and so scale with ``gossip_interval`` already; and the jitter of a
+first timer (a NACK, the first gossip round, a beacon: uniform in 0.5 to 1.5
+times its interval), a spread, not a duration.
 """
 
 from __future__ import annotations
@@ -100,7 +138,9 @@ class Config:
     nack_backoff_max: float = 1.0
     """Longest wait between two NACKs for the same gap, seconds."""
     ack_interval: float = 0.1
-    """In ordered groups, the longest an idle member waits before it multicasts its new ACKs (its promise)."""
+    """In ordered groups, the longest an idle member waits before it multicasts its new ACKs (its promise).
+    A message that has waited ``3 * ack_interval`` for one member's promise asks that
+    member for a fresh one (``promise_retry``), and again after as long."""
     promise_spacing: float = 0.00025
     """In a view of N members an idle member of an ordered group promises after
     ``min(ack_interval, N * promise_spacing)`` seconds (1 ms at 4 members): each
@@ -135,14 +175,39 @@ class Config:
     """False: repair by gossip only (to measure plain PSRM)."""
     gossip_enabled: bool = True
     """False: repair by NACK only."""
+    fifo_acks: int = 4
+    """ACK entries a record of a FIFO group carries, at most; the others ride on
+    the sender's next records. There they only reveal losses and holders
+    (stability is gossiped), and every receiver decodes every one: 10,000
+    receivers at scale. Each entry takes up to 20 bytes of the record's
+    budget, so a record holds ``max_datagram - 89 - 20 * fifo_acks`` payload
+    bytes (1,231 at the defaults). Ordered groups carry all (their causal past)."""
+    push_budget: int = 64
+    """Records sent at most in answer to one NACK, or pushed to a partner after one
+    gossip digest; also the unicast records one retransmission timer resends."""
+    nack_max_ranges: int = 16
+    """Missing ranges of one sender that one NACK (or gossip pull) asks for (at
+    most 64, the decoder's cap); the rest are asked for once these arrive."""
+    rto_min: float = 0.05
+    """Seconds from sending a unicast to its first retransmission, the
+    retransmission timeout; it doubles on each retransmission, and an ACK
+    resets it here."""
+    rto_max: float = 1.0
+    """Longest unicast retransmission timeout, seconds; at least ``rto_min``."""
     reassembly_timeout: float = 60.0
     """Seconds a partially received message (some of its fragments) may wait for
     the rest before it is dropped and counted (``reassembly_timeout``)."""
 
     # -- membership (both drivers) --
     suspect_factor: float = 1.0
-    """c in suspect_timeout = c * max(3, ceil(log2 N)) * gossip_interval, seconds: how long
-    a member's heartbeat may stand still before it is suspected. At least 1."""
+    """c in suspect_timeout = c * max(suspect_min_rounds, ceil(log2 N)) * gossip_interval,
+    seconds: how long a member's heartbeat may stand still before it is suspected. At least 1."""
+    suspect_min_rounds: int = 3
+    """Heartbeat rounds (``gossip_interval`` each) in ``suspect_timeout`` at least.
+    ceil(log2 N) rounds is the paper's minimum, the age of the freshest news
+    with nothing lost; in small groups that is one or two rounds, which any
+    scheduling jitter overruns (a group of two suspected its live peer about
+    once a second with no floor)."""
     probe_count: int = 3
     """Direct probes (pull stage) sent to a suspect before its neighbours are asked."""
     probe_interval: float = 0.3
@@ -158,7 +223,25 @@ class Config:
     the receiver watches."""
     view_timeout: float = 1.0
     """Seconds each phase of a view change (flush replies, commit) may take before
-    the coordinator retries without the members that did not answer."""
+    the coordinator retries without the members that did not answer. Derived
+    from it: a member that flushed waits ``2 * view_timeout`` for the commit
+    before the lowest live member of the proposal takes over
+    (``takeover_timeout``); a member gives up completing a commit's cut after
+    ``2 * view_timeout`` and starts again alone (``cut_timeout``); a
+    coordinator defers a change up to ``view_timeout / 4`` while suspects are
+    still being confirmed (``verdict_wait``), and looks again every
+    ``view_timeout / 20`` while it defers or installs (``reconsider_interval``)."""
+    view_repeats: int = 5
+    """Times per ``view_timeout`` the coordinator repeats its PROPOSE or COMMIT to
+    the members that have not answered (every ``view_timeout / view_repeats``
+    seconds)."""
+    repeat_unicast_max: int = 16
+    """Members that have not answered a PROPOSE or COMMIT get a repetition each by
+    unicast while they are at most this many; more share one multicast."""
+    leave_copies: int = 2
+    """Times a graceful leave is multicast (no answer is awaited). If every copy
+    is lost, the others find the leaver silent to their probes and exclude it
+    as failed."""
     optimistic: bool = True
     """Senders keep sending during a view change (optimistic virtual synchrony).
     False: sends wait (WouldBlock) from the flush until the new view is installed."""
@@ -241,6 +324,15 @@ _RANGES: tuple[tuple[str, type | tuple[type, ...], float | None, float | None], 
     ("reassembly_timeout", (int, float), 0.1, 86_400.0),
     ("max_members", int, 2, 32_000),
     ("stability_extra_levels", int, 0, 64),
+    ("fifo_acks", int, 1, 16),
+    ("push_budget", int, 1, 4_096),
+    ("nack_max_ranges", int, 1, 64),
+    ("rto_min", (int, float), 0.001, 60.0),
+    ("rto_max", (int, float), 0.001, 600.0),
+    ("suspect_min_rounds", int, 1, 64),
+    ("view_repeats", int, 1, 100),
+    ("repeat_unicast_max", int, 0, 4_096),
+    ("leave_copies", int, 1, 16),
 )
 
 
@@ -254,6 +346,8 @@ def _validate(config: Config) -> None:
     for name in ("encrypt", "multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled", "optimistic"):
         if not isinstance(getattr(config, name), bool):
             raise UsageError(f"Config.{name} must be true or false, got {getattr(config, name)!r}")
+    if config.rto_max < config.rto_min:
+        raise UsageError(f"Config.rto_max ({config.rto_max}) must be at least Config.rto_min ({config.rto_min})")
     if config.bundle_size < config.max_datagram:
         raise UsageError(f"Config.bundle_size ({config.bundle_size}) must be at least Config.max_datagram "
                          f"({config.max_datagram}); for no bundling beyond one datagram set both alike")

@@ -31,22 +31,22 @@ for a view change come out of the stream, whose caps bound them.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 import random
 from typing import Any, Callable, Iterable
 
-from .config import Config, Order
+from .config import Order
 from .errors import UsageError
 from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
 from .membership.messages import Beacon, CommitMsg, Flush, InstalledMsg, Propose, ViewMessage, decode_view_message
 from .membership.roster import roster_of
 from .membership.synchrony import ViewChange
 from .ordering.total import OrderedMessage, OrderingLayer
-from .transport.framing import RESERVED_ACKS, fragment_size, pack
+from .transport.framing import pack
 from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
-from .transport.reliable import ACK_MATRIX_MAX, ReliableStream, StreamStatistics, TransportParams
+from .transport.params import Params
+from .transport.reliable import ACK_MATRIX_MAX, ReliableStream, StreamStatistics
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
 from .wire import (
     ORDER_CODES,
@@ -114,28 +114,6 @@ MAX_REJECTED = 1_024
 """Members refused for joining with another order that we remember; past it
 the oldest is forgotten (it may be refused again when it next says hello)."""
 
-FIFO_ACKS = RESERVED_ACKS
-"""ACK entries a record of a FIFO group carries. There they only reveal losses
-and holders (stability is gossiped), and every receiver decodes every one:
-10,000 receivers at scale. Ordered groups carry all (their causal past)."""
-
-
-def build_params(config: Config) -> TransportParams:
-    """The transport's knobs, derived from the node's configuration."""
-    return TransportParams(
-        gossip_interval=config.gossip_interval, nack_delay=config.nack_delay,
-        nack_backoff_max=config.nack_backoff_max, ack_interval=config.ack_interval,
-        promise_spacing=config.promise_spacing, promises=config.promises,
-        extra_levels=config.stability_extra_levels,
-        window_max=config.window_max, send_delay_min=config.send_delay_min,
-        send_delay_scale=config.send_delay_scale, fragment_size=fragment_size(config.max_datagram),
-        max_message=config.max_message,
-        max_acks=FIFO_ACKS,
-        nack_enabled=config.nack_enabled, gossip_enabled=config.gossip_enabled,
-        flush_delay=config.flush_delay, max_datagram=config.max_datagram, bundle_size=config.bundle_size,
-        reassembly_timeout=config.reassembly_timeout, max_members=config.max_members,
-    )
-
 
 class BoundedSet:
     """A set of member ids that forgets its oldest entry past ``cap``."""
@@ -165,9 +143,9 @@ class BoundedSet:
 class GroupStack:
     """View, reliable streams and outbox of one group on one member."""
 
-    def __init__(self, name: str, order: Order, me: int, members: Iterable[int], params: TransportParams,
-                 rng: random.Random, now: float, from_start: bool = True, *, view_timeout: float = 1.0,
-                 optimistic: bool = True, first_seq: int = 1, incarnation: int = 0) -> None:
+    def __init__(self, name: str, order: Order, me: int, members: Iterable[int], params: Params,
+                 rng: random.Random, now: float, from_start: bool = True, *, first_seq: int = 1,
+                 incarnation: int = 0) -> None:
         self.name = name
         self.tag = group_tag(name)
         self.order = order
@@ -177,14 +155,8 @@ class GroupStack:
         if len(initial) > params.max_members:
             raise UsageError(f"group {name!r}: {len(initial)} members given, Config.max_members is "
                              f"{params.max_members}; raise it or join with fewer")
-        self.agreement = ViewAgreement(me, initial, view_timeout, now, self.tag, epoch=1 if len(initial) > 1 else 0,
-                                       max_members=params.max_members, ordered=order is not Order.FIFO,
-                                       incarnation=incarnation)
-        self.optimistic = optimistic
-        if order is not Order.FIFO:
-            # a message must list every ACK gathered before it (its causal past),
-            # and idle members promise by multicasting their ACKs (nulls)
-            params = dataclasses.replace(params, max_acks=1 << 20, ack_nulls=True)
+        self.agreement = ViewAgreement(me, initial, params, now, self.tag, epoch=1 if len(initial) > 1 else 0,
+                                       ordered=order is not Order.FIFO, incarnation=incarnation)
         self._clock = 0
         self.ordering = self._new_ordering({})
         self.events: list[GroupEvent] = []
@@ -199,6 +171,7 @@ class GroupStack:
         """(coordinator, incarnation, epoch) of a beacon that listed exactly our
         view: its repeats need not be decoded (O(N) member lists at scale)."""
         self.incarnations: dict[int, int] = {}
+        """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
         self.delivered_high: dict[int, int] = {}
         """Per sender, the last multicast record we delivered, in any view.
         A flush reports it so that no commit rolls back what we delivered,
@@ -206,7 +179,6 @@ class GroupStack:
         567377617: a coordinator that had delivered a message in a view it
         then left alone committed a later view that rolled it back). Kept
         for members of our view and a few others (``_forget_departed``)."""
-        """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
         self.joined_at: dict[int, int] = {}
         """Epoch of the view that admitted each member newer than our first view."""
         self.joining = False
@@ -215,12 +187,14 @@ class GroupStack:
         self._order_due = False
         """Own messages went into the order since it was last asked what is deliverable."""
         late = () if from_start else tuple(m for m in self.view.members if m != me)
-        self.stream = ReliableStream(me, self.view.members, params, rng, now, first_seq)
+        # an ordered group's messages list every ACK gathered before them (their
+        # causal past), and its idle members promise by multicasting their ACKs (nulls)
+        self.stream = ReliableStream(me, self.view.members, params, rng, now, first_seq,
+                                     ordered=order is not Order.FIFO)
         if late:
             self.stream.set_members(self.view.members, late=late)
         self._choose_promises()
-        self.unicast = UnicastStreams(me, params.fragment_size, params.window_max, params.max_message,
-                                      params.reassembly_timeout, incarnation)
+        self.unicast = UnicastStreams(me, params, incarnation)
         self.outbox: list[Record] = []
         self._outbox_bytes = 0
         self.flush_at: float | None = None
@@ -244,7 +218,7 @@ class GroupStack:
         gossip = self.order in (Order.TOTAL, Order.SAFE) and (
             mode == "gossip" or mode == "auto" and len(self.view.members) > ACK_MATRIX_MAX)
         self.stream.promise_gossip = gossip
-        self.stream.promise_nulls = self.stream.params.ack_nulls and not gossip
+        self.stream.promise_nulls = self.order is not Order.FIFO and not gossip
         if gossip and self.ordering is not None:
             self.ordering.set_floor(0)
 
@@ -453,7 +427,7 @@ class GroupStack:
 
     def progress(self, now: float) -> list:
         """Install the committed view once every stream is complete up to the
-        cut. If that takes ``2 * view_timeout`` (the last holder of a record
+        cut. If that takes ``cut_timeout`` (the last holder of a record
         is gone, or the group moved on), give up: start again alone and merge
         back, which keeps every view we install consistent."""
         sync, commit = self.sync, self.agreement.committing
@@ -462,7 +436,7 @@ class GroupStack:
         limits = sync.limits or {}
         if all(self.stream.contig_of(s) >= limits.get(s, 0) for s in self.view.members if s != self.me):
             return self._install(now)
-        if sync.overdue(now, self.agreement.view_timeout):
+        if sync.overdue(now, self.params.cut_timeout):
             sync.give_up(commit)
             return self.on_agreement(self.agreement.give_up(commit), now)
         return []
@@ -579,7 +553,7 @@ class GroupStack:
         return self.unicast.send(member, payload, now)
 
     def ready_at(self, now: float) -> float | None:
-        if self.sync.changing and not self.optimistic:
+        if self.sync.changing and not self.params.optimistic:
             return None  # pessimistic mode: sends wait for the new view
         delay = self.stream.send_delay()
         return None if delay is None else max(now, self.last_send + delay)
@@ -686,18 +660,19 @@ class GroupStack:
         return [_message(m) for m in self.ordering.deliverable()]
 
     def _watch_blocker(self, now: float) -> None:
-        """A message waiting on one member's promise for 3 ACK intervals means
-        that promise was probably lost: ask that member for a fresh one."""
+        """A message waiting on one member's promise for ``promise_retry`` (3
+        ACK intervals) means that promise was probably lost: ask that member
+        for a fresh one."""
         if self.ordering is None or self.ordering.blocker is None:
             self._request_at = None
         elif self._request_at is None:
-            self._request_at = now + 3 * self.params.ack_interval
+            self._request_at = now + self.params.promise_retry
 
     def _request_promise(self, now: float) -> list[Out]:
         if self.ordering is None or self.ordering.blocker is None:
             self._request_at = None
             return []
-        self._request_at = now + 3 * self.params.ack_interval
+        self._request_at = now + self.params.promise_retry
         member = self.ordering.blocker
         return [OutDigest(member, ((member, self.stream.contig_of(member)),))]
 

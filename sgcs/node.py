@@ -51,12 +51,13 @@ from .actions import (
 )
 from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
-from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack, build_params
-from .membership.agreement import CtlSend, View
+from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack
+from .membership.agreement import View
 from .membership.roster import roster_of
-from .membership.detector import FailureDetector, FdEvent, FdParams, FdSend, Verdict
+from .membership.detector import FailureDetector, FdEvent, FdSend, Verdict
 from .membership.messages import Ask, AskReply, Probe, ViewMessage, decode_untrusted, decode_view_message
 from .security import ReplayWindow, Sealer
+from .transport.params import Params
 from .transport.records import Message, Record
 from .wire import (
     MAX_GROUP_NAME,
@@ -88,9 +89,6 @@ MAX_PEERS = 65_536
 """Addresses remembered; past the cap new peers are not learned (their
 datagrams are still handled, replies fall back to ``resolve``)."""
 MAX_GROUPS = 1_024
-LEAVE_COPIES = 2
-"""A graceful leave is multicast this many times; if every copy is lost, the
-others find the leaver silent to their probes and exclude it as failed."""
 MAX_LEFT = 1_024
 """Groups left whose last message number a node remembers (``Node._ended_at``);
 past it the oldest is forgotten, and a rejoin of that group numbers from
@@ -168,7 +166,8 @@ class Node:
         self._sealer = Sealer(config.secret, node_id, incarnation << 32 | salt & 0xFFFFFFFF, config.encrypt)
         self._replay = ReplayWindow()
         self._verified_memo = verified_memo
-        self._params = build_params(config)
+        self.params = Params.of(config)
+        """The protocol's parameters, built here once and shared by every layer of this node."""
         self._groups: dict[str, GroupStack] = {}
         self._by_tag: dict[int, GroupStack] = {}
         self._ended_at: dict[int, int] = {}
@@ -178,9 +177,7 @@ class Node:
         self._addresses: dict[int, Address] = {}
         self._counts = {"rx": 0, "rx_bytes": 0, "tx": 0, "tx_bytes": 0, "sent": 0, "delivered": 0, "foreign": 0}
         self._drops: dict[str, int] = {}
-        self.detector = FailureDetector(node_id, FdParams(
-            config.gossip_interval, config.suspect_factor, config.probe_count, config.probe_interval,
-            config.ask_count, config.ask_timeout, config.heartbeat == "roster"), rng, now)
+        self.detector = FailureDetector(node_id, self.params, rng, now)
         self._watch_started = False
 
     # ------------------------------------------------------------------ commands
@@ -211,8 +208,7 @@ class Node:
         fresh = members is not None if from_start is None else from_start
         ended = self._ended_at.pop(group_tag(group), 0)
         first_seq = 1 if fresh else max((self.incarnation << 32), ended) + 1
-        state = GroupStack(group, Order.parse(order), self.id, initial, self._params, self.rng, now, fresh,
-                           view_timeout=self.config.view_timeout, optimistic=self.config.optimistic,
+        state = GroupStack(group, Order.parse(order), self.id, initial, self.params, self.rng, now, fresh,
                            first_seq=first_seq, incarnation=self.incarnation)
         self._groups[group] = state
         self._by_tag[state.tag] = state
@@ -220,7 +216,7 @@ class Node:
         self._trace(out, "join", group=group)
         self._install(out, state, View(-1, ()), state.view)
         self._watch(now)
-        jitter = self.config.beacon_interval * (0.5 + self.rng.random())
+        jitter = self.params.beacon_interval * (0.5 + self.rng.random())
         state.next_beacon = now if members is None else now + jitter  # a newcomer looks for the group at once
         if members is None:
             state.joining = True  # until a member with our order answers
@@ -233,7 +229,8 @@ class Node:
         out: list[Action] = []
         self._flush(out, state, now)
         body = encode_leave(LeaveMsg(state.tag))
-        for _ in range(LEAVE_COPIES):  # no answer is awaited: copies (each its own nonce) make a loss unlikely
+        # no answer is awaited: copies (each its own nonce) make a loss unlikely
+        for _ in range(self.params.leave_copies):
             self._emit(out, Multicast(self._sealer.seal(MsgType.LEAVE, Flag.NONE, body), MsgType.LEAVE, group))
         self._trace(out, "leave", group=group, view_id=state.view.view_id)
         del self._groups[group]
@@ -338,7 +335,7 @@ class Node:
         for state in list(self._groups.values()):
             if state.flush_at is not None and state.flush_at <= now:
                 self._flush(out, state, now)
-            if state.beacon_due(now, self.config.beacon_interval):
+            if state.beacon_due(now, self.params.beacon_interval):
                 self._beacon(out, state, None)
             self._route(out, state, state.on_timeout(now))
             self._drain(out, state, now)

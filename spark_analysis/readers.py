@@ -24,7 +24,7 @@ typed nulls when a trace lacks them, so jobs can rely on the full schema.
 ``runs_meta`` turns each ``meta.json`` into one row (built from literals in
 the JVM: a DataFrame made with ``createDataFrame`` from Python rows would start a
 Python worker in every job that reads it): nodes, duration, seed,
-loss, gossip_interval (the scenario's ``[protocol]`` value or Config's 0.1),
+loss, gossip_interval (the scenario's ``[protocol]`` value or Config's default, 0.1),
 net_bucket, the group orders, and the pause faults (which the events do not
 record, but which false-suspicion counting needs).
 
@@ -41,17 +41,18 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from sgcs.errors import UsageError
+from sgcs.transport.params import Params
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-DEFAULT_GOSSIP_INTERVAL = 0.1
+DEFAULT_GOSSIP_INTERVAL = Params().gossip_interval
 """Seconds per gossip round when a scenario does not set one (sgcs.Config's default)."""
 ROW_INDEX_BITS = 40
+"""``pos`` = part index << 40 | row index: 10^12 rows per part file is far beyond any trace."""
 REAL_SOURCE = "real"
 """meta.json's ``scenario.source`` in traces of real processes (``sgcs.io.recorder``)."""
-"""``pos`` = part index << 40 | row index: 10^12 rows per part file is far beyond any trace."""
 
 EVENT_COLUMNS: dict[str, T.DataType] = {
     "t": T.DoubleType(), "node": T.LongType(), "kind": T.StringType(), "group": T.StringType(),

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sgcs.errors import UsageError
-from sgcs.membership.detector import suspect_rounds
+from sgcs.transport.params import Params
 
 MAX_POINTS = 10_000
 """A grid bigger than this is surely a mistake (a typo'd list of values)."""
@@ -202,8 +202,7 @@ def _point(base: dict[str, Any], params: tuple[tuple[str, Any], ...], seed: int,
         scenario = build_scenario(raw, f"{source}:{name}")
     except UsageError as exc:
         raise UsageError(f"{exc} (sweep point {name})") from None
-    config = scenario.config
-    timeout = config.suspect_factor * suspect_rounds(scenario.nodes) * config.gossip_interval
+    timeout = Params.of(scenario.config).suspect_timeout(scenario.nodes)
     return Point(name, params, seed, scenario.nodes, raw, f"{source}:{name}", timeout)
 
 

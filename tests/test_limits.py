@@ -17,7 +17,8 @@ from sgcs.node import MAX_GROUPS, Node
 from sgcs.ordering.total import PROMISES_MAX, OrderedMessage, OrderingLayer
 from sgcs.transport.reassembly import Reassembly
 from sgcs.transport.records import MORE_FRAGMENTS, Record
-from sgcs.transport.reliable import SENDER_BUFFER_FACTOR, ReliableStream, TransportParams
+from sgcs.transport.params import Params
+from sgcs.transport.reliable import SENDER_BUFFER_FACTOR, ReliableStream
 from sgcs.transport.unicast import UnicastStreams
 from sgcs.membership.messages import Propose, decode_untrusted
 from sgcs.wire import MsgType
@@ -25,7 +26,7 @@ from sgcs.wire import MsgType
 from benchmarks import flood
 
 WINDOW = 32
-PARAMS = TransportParams(fragment_size=10, window_max=WINDOW, max_message=100, reassembly_timeout=5.0)
+PARAMS = Params(fragment_size=10, window_max=WINDOW, max_message=100, reassembly_timeout=5.0)
 ME, PEER = 1, 2
 
 
@@ -98,10 +99,10 @@ def test_forgetting_a_sender_forgets_its_partial_message() -> None:
 
 
 def test_unicast_drops_records_beyond_the_window_and_times_out_partial_messages() -> None:
-    u = UnicastStreams(ME, 10, WINDOW, max_message=100, reassembly_timeout=5.0)
+    u = UnicastStreams(ME, PARAMS)
     u.on_records(PEER, tuple(rec(seq) for seq in range(2, 2 + 2 * WINDOW)))
     assert u.drops == {"beyond_window": WINDOW + 1} and u.buffered() == WINDOW - 1
-    u = UnicastStreams(ME, 10, WINDOW, max_message=100, reassembly_timeout=5.0)
+    u = UnicastStreams(ME, PARAMS)
     u.on_timeout(10.0, 64)
     u.on_records(PEER, (rec(1, more=True),))  # no clock given: the next timer starts the timeout
     assert u.next_deadline() == 10.0
@@ -128,7 +129,7 @@ def test_reassembly_holds_at_most_max_message_bytes() -> None:
 
 
 def test_joiners_past_max_members_are_refused_and_counted() -> None:
-    agreement = ViewAgreement(ME, (ME, PEER), 1.0, 0.0, max_members=4)
+    agreement = ViewAgreement(ME, (ME, PEER), Params(max_members=4), 0.0)
     outputs = agreement.merge_with(dict.fromkeys(range(10, 20), 1), 10, 0.0)
     assert outputs, "a proposal for the view at its cap"
     assert len(agreement.wanted()) == 4 and agreement.refused_joiners == 8
@@ -137,7 +138,7 @@ def test_joiners_past_max_members_are_refused_and_counted() -> None:
 
 
 def test_proposals_that_only_grow_keep_one_sent_under_entry() -> None:
-    agreement = ViewAgreement(ME, (ME, PEER), 1.0, 0.0)
+    agreement = ViewAgreement(ME, (ME, PEER), PARAMS, 0.0)
     for attempt in range(1, 200):  # a coordinator re-proposing for every new joiner
         members = tuple(sorted({0, ME, PEER, *range(10, 10 + attempt)}))
         msg = Propose(0, 5, attempt, 0, members)
@@ -209,7 +210,7 @@ SLACK = 2 * 1024 * 1024
 
 
 def _records_bound(config: Config) -> int:
-    record = flood.fragment_size(config.max_datagram) + flood.RECORD_OVERHEAD
+    record = flood.record_payload(config) + flood.RECORD_OVERHEAD
     return SENDER_BUFFER_FACTOR * config.window_max * record
 
 

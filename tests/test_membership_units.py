@@ -12,21 +12,22 @@ import random
 import numpy as np
 import pytest
 
-from sgcs.membership.agreement import REPEATS, Commit, CtlSend, Freeze, View, ViewAgreement
-from sgcs.membership.detector import FailureDetector, FdEvent, FdParams, FdSend
+from sgcs.membership.agreement import Commit, CtlSend, Freeze, View, ViewAgreement
+from sgcs.membership.detector import FailureDetector, FdEvent, FdSend
 from sgcs.membership.messages import Ask, AskReply, CommitMsg, Flush, InstalledMsg, Propose, decode_untrusted
+from sgcs.transport.params import Params
 from sgcs.wire import MsgType, decode_heartbeat_untrusted, decode_roster_heartbeat_untrusted
 
 GOSSIP = 0.1
-PARAMS = FdParams(gossip_interval=GOSSIP, suspect_factor=1.5, probe_count=3, probe_interval=0.2, ask_count=3,
-                  ask_timeout=0.4, roster_heartbeats=False)
+PARAMS = Params(gossip_interval=GOSSIP, suspect_factor=1.5, probe_count=3, probe_interval=0.2, ask_count=3,
+                ask_timeout=0.4, heartbeat="pairs")
 """The pairs form, which the helpers below read; the roster form has tests of its own."""
 
 
 # ---------------------------------------------------------------------- detector helpers
 
 
-def detector(me: int, members: range | set[int], params: FdParams = PARAMS, now: float = 0.0) -> FailureDetector:
+def detector(me: int, members: range | set[int], params: Params = PARAMS, now: float = 0.0) -> FailureDetector:
     d = FailureDetector(me, params, random.Random(me), now)
     d.set_members(set(members), now)
     return d
@@ -134,7 +135,7 @@ def test_merge_ignores_unknown_members_and_our_own_entry() -> None:
 
 
 def test_a_roster_heartbeat_merges_by_position_between_equal_member_lists() -> None:
-    roster_params = dataclasses.replace(PARAMS, roster_heartbeats=True)
+    roster_params = dataclasses.replace(PARAMS, heartbeat="roster")
     a, b = detector(1, range(5), roster_params), detector(3, range(5), roster_params)
     for member, count in ((0, 7), (2, 4), (4, 9)):
         heartbeat(a, member, {member: count}, 0.01)
@@ -148,7 +149,7 @@ def test_a_roster_heartbeat_merges_by_position_between_equal_member_lists() -> N
 
 
 def test_a_roster_heartbeat_of_another_member_list_is_only_its_senders_evidence() -> None:
-    roster_params = dataclasses.replace(PARAMS, roster_heartbeats=True)
+    roster_params = dataclasses.replace(PARAMS, heartbeat="roster")
     a, b = detector(1, range(5), roster_params), detector(3, range(6), roster_params)  # b already has 5
     heartbeat(a, 0, {0: 7}, 0.01)
     a._last_multicast, a._next_round = -math.inf, 0.05
@@ -200,7 +201,7 @@ def test_a_raised_counter_is_evidence_a_stale_one_is_not() -> None:
 @pytest.mark.parametrize("factor", [1.0, 1.5, 3.0])
 @pytest.mark.parametrize(("n", "rounds"), [(1, 3), (2, 3), (3, 3), (4, 3), (5, 3), (8, 3), (9, 4), (1000, 10)])
 def test_suspect_timeout_formula(n: int, rounds: int, factor: float) -> None:
-    params = FdParams(gossip_interval=0.05, suspect_factor=factor)
+    params = Params(gossip_interval=0.05, suspect_factor=factor)
     d = detector(0, range(n), params)
     assert d.suspect_timeout() == pytest.approx(factor * rounds * 0.05)
     assert rounds == max(3, math.ceil(math.log2(max(2, n))))  # the paper's log2 N rounds, at least 3
@@ -298,7 +299,7 @@ def test_pull_sends_probe_count_probes_probe_interval_apart() -> None:
 
 
 def test_ask_stage_asks_the_suspects_hypercube_neighbours() -> None:
-    d = detector(0, range(8), FdParams(gossip_interval=GOSSIP, suspect_factor=50.0))
+    d = detector(0, range(8), Params(gossip_interval=GOSSIP, suspect_factor=50.0))
     out = d.on_unreachable(5, 1.0)  # only 5 is suspected: every neighbour qualifies
     asks = sends(out, MsgType.ASK)
     assert sorted(a.dst for a in asks) == [1, 6, 7]  # 5 + 1, 5 + 2, 5 + 4 (mod 8)
@@ -307,7 +308,7 @@ def test_ask_stage_asks_the_suspects_hypercube_neighbours() -> None:
 
 
 def test_ask_skips_ourselves_and_other_suspects() -> None:
-    d = detector(4, range(8), FdParams(gossip_interval=GOSSIP, suspect_factor=50.0))
+    d = detector(4, range(8), Params(gossip_interval=GOSSIP, suspect_factor=50.0))
     d.on_unreachable(6, 1.0)  # 6 is a suspect in the ask stage
     asks = sends(d.on_unreachable(3, 1.0), MsgType.ASK)  # 3's neighbours: 4 (us), 5, 7
     assert sorted(a.dst for a in asks) == [5, 7]
@@ -431,10 +432,11 @@ def test_set_members_keeps_state_of_stayers_and_forgets_leavers() -> None:
 
 TAG = 7
 TIMEOUT = 1.0
+VIEW = Params(view_timeout=TIMEOUT)
 
 
 def agreements(members: set[int], now: float = 0.0) -> dict[int, ViewAgreement]:
-    return {m: ViewAgreement(m, members, TIMEOUT, now, TAG, epoch=1) for m in members}
+    return {m: ViewAgreement(m, members, VIEW, now, TAG, epoch=1) for m in members}
 
 
 def ctl(outputs: list, msg_type: MsgType) -> list[CtlSend]:
@@ -556,11 +558,11 @@ def test_no_rollback_when_the_switch_is_to_a_larger_proposal() -> None:
 def test_what_was_sent_under_another_coordinators_proposal_is_withdrawn_not_rolled_back() -> None:
     """3 may have committed (3, 4) and delivered there what 4 sent under it:
     1's later proposal without 3 must not call those messages rolled back."""
-    member = ViewAgreement(4, {4}, TIMEOUT, 0.0, TAG)
+    member = ViewAgreement(4, {4}, VIEW, 0.0, TAG)
     member.on_propose(3, Propose(TAG, 2, 1, 0, (3, 4)), (0, {}), 0.0)
     f = body(ctl(member.on_propose(1, Propose(TAG, 3, 1, 0, (1, 4)), (2, {}), 0.1), MsgType.FLUSH)[0])
     assert (f.own, f.rollback, f.withdraw) == (0, 2, True)
-    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG)
+    coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG)
     coordinator.merge_with({4: 1}, 4, 0.0)
     proposal = coordinator.coordination.proposal  # type: ignore[union-attr]
     coordinator.on_flush(1, Flush(TAG, proposal.epoch, proposal.attempt, 0, 0, (), 0), 0.1)
@@ -573,7 +575,7 @@ def test_a_rollback_offered_once_stays_offered_in_the_change() -> None:
     """4 offered seq 1..2 (sent under 2's first attempt, which had 5) to 2's
     second attempt, which 2 may commit; 1's larger proposal of the next epoch
     holds the first attempt's members, yet must not deliver them."""
-    member = ViewAgreement(4, {2, 3, 4, 5}, TIMEOUT, 0.0, TAG, epoch=1)
+    member = ViewAgreement(4, {2, 3, 4, 5}, VIEW, 0.0, TAG, epoch=1)
     member.on_propose(2, Propose(TAG, 2, 1, 0, (2, 3, 4, 5)), (0, {}), 0.0)
     second = body(ctl(member.on_propose(2, Propose(TAG, 2, 2, 0, (2, 3, 4)), (2, {}), 0.1), MsgType.FLUSH)[0])
     assert (second.rollback, second.withdraw) == (2, False), "the coordinator moved on: rolled back for sure"
@@ -585,7 +587,7 @@ def test_a_rollback_offered_once_stays_offered_in_the_change() -> None:
 def test_a_restarted_coordinators_proposal_is_not_its_former_selfs() -> None:
     """Same epoch, attempt and id, another incarnation: a different proposal,
     which the member refuses (it answered the dead one's in this epoch)."""
-    member = ViewAgreement(2, {2}, TIMEOUT, 0.0, TAG)
+    member = ViewAgreement(2, {2}, VIEW, 0.0, TAG)
     proposal = Propose(TAG, 2, 1, 0, (1, 2))
     assert not body(ctl(member.on_propose(1, proposal, (0, {}), 0.0, incarnation=0), MsgType.FLUSH)[0]).refuse
     (again,) = ctl(member.on_propose(1, proposal, (0, {}), 0.1, incarnation=1), MsgType.FLUSH)
@@ -612,7 +614,7 @@ def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
     and commits epoch 2; 5 must not install it, or it would be listed in two
     views at once (seen in a real 5-process run: survivors delivered
     different message counts)."""
-    member = ViewAgreement(5, {5}, TIMEOUT, 0.0, TAG)
+    member = ViewAgreement(5, {5}, VIEW, 0.0, TAG)
     by_2 = Propose(TAG, 2, 1, 0, (2, 4, 5))
     by_1 = Propose(TAG, 2, 1, 0, (1, 2, 3, 4, 5))
     assert ctl(member.on_propose(2, by_2, (0, {}), 0.0), MsgType.FLUSH)
@@ -629,7 +631,7 @@ def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
 
 
 def test_a_refused_coordinator_proposes_again_one_epoch_higher() -> None:
-    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG)
+    coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG)
     (proposal,) = ctl(coordinator.merge_with({5: 1}, 5, 0.0), MsgType.PROPOSE)
     first = body(proposal)
     refusal = Flush(TAG, first.epoch, first.attempt, 0, 0, (), 0, refuse=True)
@@ -645,7 +647,7 @@ def test_commit_tells_members_that_come_from_an_overlapping_view() -> None:
     from sgcs.membership.agreement import _Coordination, _Proposal, lineage
 
     mine, theirs = View.of(3, (1, 4, 5, 6)), View.of(4, (2, 3, 4, 5))
-    va = {m: ViewAgreement(m, {m}, TIMEOUT, 0.0, TAG) for m in (1, 4)}
+    va = {m: ViewAgreement(m, {m}, VIEW, 0.0, TAG) for m in (1, 4)}
     va[1].view, va[4].view = mine, theirs
     propose = Propose(TAG, 5, 1, 0, tuple(range(1, 7)))
     flush_of_4 = body(ctl(va[4].on_propose(1, propose, (5, {4: 5}), 0.0), MsgType.FLUSH)[0])
@@ -670,7 +672,7 @@ def test_member_left_out_of_the_commit_installs_a_singleton() -> None:
     assert left_out == Commit(View.of(2, {3}), {}, {}, 1, 1)
     assert va[3].installed(left_out, 0.0) == [], "a singleton answers nobody"
     assert va[3].view.members == (3,) and va[3].coordinator() == 3
-    stranger = ViewAgreement(8, {8, 9}, TIMEOUT, 0.0, TAG)
+    stranger = ViewAgreement(8, {8, 9}, VIEW, 0.0, TAG)
     assert stranger.on_commit(1, commit) == [], "a commit of another component is none of our business"
 
 
@@ -698,8 +700,8 @@ def test_silent_member_dropped_after_view_timeout_with_next_attempt() -> None:
     va[1].on_propose(1, msg, (0, {}), 0.0)
     va[1].on_flush(1, Flush(TAG, 2, 1, 0, 0, (), 0), 0.0)
     va[1].on_flush(2, Flush(TAG, 2, 1, 0, 0, (), 0), 0.1)  # 3 stays silent
-    assert va[1].next_deadline() == pytest.approx(TIMEOUT / REPEATS)
-    (repeat,) = ctl(va[1].on_timeout(TIMEOUT / REPEATS), MsgType.PROPOSE)
+    assert va[1].next_deadline() == pytest.approx(VIEW.view_repeat_interval)
+    (repeat,) = ctl(va[1].on_timeout(VIEW.view_repeat_interval), MsgType.PROPOSE)
     assert repeat.dst == 3, "repeated by unicast to the member that has not answered"
     assert body(repeat) == msg, "the proposal is repeated unchanged before the timeout"
     assert 3 not in va[1].failed
@@ -717,7 +719,7 @@ def test_commit_repeated_until_timeout_then_abandoned() -> None:
         va[1].on_flush(m, Flush(TAG, msg.epoch, msg.attempt, 0, 0, (), 0), 0.1)
     assert va[1].coordination.commit is not None
     va[1].on_installed(2, InstalledMsg(TAG, msg.epoch, msg.attempt))
-    (again,) = ctl(va[1].on_timeout(0.1 + TIMEOUT / REPEATS), MsgType.COMMIT)
+    (again,) = ctl(va[1].on_timeout(0.1 + VIEW.view_repeat_interval), MsgType.COMMIT)
     assert again.dst == 3 and again.body == va[1].coordination.commit, "to the member that has not installed"
     va[1].on_timeout(0.1 + TIMEOUT)
     assert va[1].coordination is None, "abandoned after view_timeout"
@@ -799,9 +801,9 @@ def test_merge_during_an_exclusion_readmits_the_member_without_a_second_change()
     # 4 failed (4 had moved to another component) when that component's beacon
     # listed 4 alive; the merge brought 4 back, and 4 stayed "failed" in the
     # coordinator's agreement with nothing left to trigger its exclusion
-    va = {m: ViewAgreement(m, {1, 4}, TIMEOUT, 0.0, TAG, epoch=1) for m in (1,)}
-    va[3] = ViewAgreement(3, {3, 4}, TIMEOUT, 0.0, TAG, epoch=1)
-    va[4] = ViewAgreement(4, {3, 4}, TIMEOUT, 0.0, TAG, epoch=1)
+    va = {m: ViewAgreement(m, {1, 4}, VIEW, 0.0, TAG, epoch=1) for m in (1,)}
+    va[3] = ViewAgreement(3, {3, 4}, VIEW, 0.0, TAG, epoch=1)
+    va[4] = ViewAgreement(4, {3, 4}, VIEW, 0.0, TAG, epoch=1)
     (exclude,) = ctl(va[1].member_failed(4, 1.0), MsgType.PROPOSE)
     assert members_of(body(exclude)) == (1,)
     (merge,) = ctl(va[1].merge_with({3: 1, 4: 1}, 3, 1.05), MsgType.PROPOSE)
@@ -872,7 +874,7 @@ def test_the_cut_of_a_lagging_member_in_ordered_and_fifo_groups(ordered: bool) -
     from sgcs.membership.agreement import _Coordination, _Proposal, lineage
 
     v1, v2 = View.of(1, (1, 2, 3, 4)), View.of(2, (1, 2, 3, 4))
-    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG, ordered=ordered)
+    coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG, ordered=ordered)
     coordinator.view, coordinator.previous = v2, v1
     coordinator.coordination = _Coordination(_Proposal(3, 1, 1, (1, 2, 3, 4)))
     installed_v2, missed_v2 = lineage(v2, v1), lineage(v1, None)
@@ -899,7 +901,7 @@ def test_what_a_member_delivered_of_a_sender_that_never_installed_its_view_is_in
     from sgcs.membership.agreement import _Coordination, _Proposal, lineage
 
     v1, v2 = View.of(1, (1, 2, 3, 4)), View.of(2, (1, 2, 3, 4))
-    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG, ordered=ordered)
+    coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG, ordered=ordered)
     coordinator.view, coordinator.previous = v2, v1
     coordinator.coordination = _Coordination(_Proposal(3, 1, 1, (1, 2, 3, 4)))
     installed_v2, missed_v2 = lineage(v2, v1), lineage(v1, None)
@@ -926,12 +928,12 @@ def test_a_member_left_out_by_a_commit_it_missed_learns_it_from_a_non_coordinato
     import random as random_module
 
     from sgcs.config import Config, Order
-    from sgcs.group import GroupStack, build_params
+    from sgcs.group import GroupStack
     from sgcs.membership.messages import Beacon
     from sgcs.wire import ORDER_CODES
 
     def member_five() -> GroupStack:
-        state = GroupStack("g", Order.parse(order), 5, (4, 5, 6), build_params(Config(secret=b"unit-test-secret")),
+        state = GroupStack("g", Order.parse(order), 5, (4, 5, 6), Params.of(Config(secret=b"unit-test-secret")),
                            random_module.Random(5), 0.0)
         assert state.view.members == (4, 5, 6) and state.agreement.coordinator() == 4
         return state
@@ -954,13 +956,13 @@ def test_views_made_by_another_incarnation_have_other_names() -> None:
     assert View.of(1, (1, 5)).view_id == View.of(1, (1, 5), 0).view_id
     assert View.of(1, (1, 5), 7).view_id != View.of(1, (1, 5), 8).view_id != View.of(1, (1, 5)).view_id
     assert View.of(1, (1, 5), 7).view_id.startswith("v1.2-")
-    first, restarted = ViewAgreement(5, {5}, TIMEOUT, 0.0, TAG), ViewAgreement(5, {5}, TIMEOUT, 0.0, TAG, incarnation=3)
+    first, restarted = ViewAgreement(5, {5}, VIEW, 0.0, TAG), ViewAgreement(5, {5}, VIEW, 0.0, TAG, incarnation=3)
     assert first.view.view_id != restarted.view.view_id, "a fresh singleton is named by its incarnation"
-    given = [ViewAgreement(m, {1, 2}, TIMEOUT, 0.0, TAG, incarnation=m + 10) for m in (1, 2)]
+    given = [ViewAgreement(m, {1, 2}, VIEW, 0.0, TAG, incarnation=m + 10) for m in (1, 2)]
     assert given[0].view == given[1].view, "a view given at join is named alike by its members"
     # the coordinator and a member name the committed view alike, by the coordinator's incarnation
-    coordinator = ViewAgreement(1, {1}, TIMEOUT, 0.0, TAG, incarnation=4)
-    member = ViewAgreement(2, {2}, TIMEOUT, 0.0, TAG, incarnation=9)
+    coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG, incarnation=4)
+    member = ViewAgreement(2, {2}, VIEW, 0.0, TAG, incarnation=9)
     (propose,) = ctl(coordinator.merge_with({2: 0}, 2, 0.0), MsgType.PROPOSE)
     coordinator.on_propose(1, body(propose), (0, {}), 0.0)
     (flush,) = ctl(member.on_propose(1, body(propose), (0, {}), 0.0, incarnation=4), MsgType.FLUSH)

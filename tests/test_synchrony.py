@@ -109,8 +109,8 @@ def test_giving_up_keeps_own_messages_of_the_abandoned_view_of_unknown_fate() ->
     change.gate([msg(1, 1, True, 4), msg(1, 2, True, 4)], epoch=3)
     c = commit((1, 2), cut={}, rollback={1: 1})
     change.begin({1: 0, 2: 0}, frozenset(), 3)
-    assert not change.overdue(10.0, view_timeout=1.0) and change.deadline == 12.0
-    assert not change.overdue(11.9, view_timeout=1.0) and change.overdue(12.0, view_timeout=1.0)
+    assert not change.overdue(10.0, cut_timeout=2.0) and change.deadline == 12.0
+    assert not change.overdue(11.9, cut_timeout=2.0) and change.overdue(12.0, cut_timeout=2.0)
     change.give_up(c)
     assert change.phase is Phase.FROZEN and change.abandoned is c
     alone = Commit(View.of(4, (1,)), {}, {}, 1, 0)

@@ -16,11 +16,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from sgcs.membership.roster import roster_of
 from sgcs.transport.records import Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
-from sgcs.transport.reliable import ReliableStream, TransportParams
+from sgcs.transport.params import Params
+from sgcs.transport.reliable import ReliableStream
 
 from _memnet import Datagram, MemoryNetwork
 
-PARAMS = TransportParams(fragment_size=16, window_max=256)
+PARAMS = Params(fragment_size=16, window_max=256)
 
 
 class Peer:
@@ -124,7 +125,7 @@ test_lossy_network = LossyNetwork.TestCase
 
 @pytest.mark.parametrize("window, expected", [(0, 0.0), (128, 0.001), (255, 0.255), (256, None)])
 def test_send_delay_grows_to_infinite_at_the_window(window: int, expected: float | None) -> None:
-    stream = ReliableStream(1, (1, 2), TransportParams(window_max=256, send_delay_scale=0.001), random.Random(1), 0.0)
+    stream = ReliableStream(1, (1, 2), Params(window_max=256, send_delay_scale=0.001), random.Random(1), 0.0)
     for _ in range(window):
         stream.send(b"x", 0.0)  # member 2 never ACKs, so nothing becomes stable
     delay = stream.send_delay()
@@ -132,7 +133,7 @@ def test_send_delay_grows_to_infinite_at_the_window(window: int, expected: float
 
 
 def test_excluding_a_silent_member_releases_the_window() -> None:
-    stream = ReliableStream(1, (1, 2, 3), TransportParams(window_max=8), random.Random(1), 0.0)
+    stream = ReliableStream(1, (1, 2, 3), Params(window_max=8), random.Random(1), 0.0)
     for _ in range(8):
         stream.send(b"x", 0.0)
     # positions 1, 2, 3: our level-1 predecessor is 2 (window {2, 1}), level 0 is 3
@@ -144,7 +145,7 @@ def test_excluding_a_silent_member_releases_the_window() -> None:
 
 
 def test_stability_gossip_from_another_roster_or_position_is_ignored() -> None:
-    stream = ReliableStream(1, (1, 2), TransportParams(window_max=8), random.Random(1), 0.0)
+    stream = ReliableStream(1, (1, 2), Params(window_max=8), random.Random(1), 0.0)
     stream.send(b"x", 0.0)
     stream.on_digest(2, (), 0.1, Aggregate(0, roster_of((1, 2, 3)).tag, ((1, 1),)))  # another view
     stream.on_digest(2, (), 0.1, Aggregate(1, roster_of((1, 2)).tag, ((1, 1),)))  # no such level
@@ -155,7 +156,7 @@ def test_stability_gossip_from_another_roster_or_position_is_ignored() -> None:
 
 def test_stability_gossip_goes_to_the_hypercube_targets() -> None:
     members = tuple(range(10))
-    stream = ReliableStream(3, members, TransportParams(gossip_interval=0.1), random.Random(1), 0.0)
+    stream = ReliableStream(3, members, Params(gossip_interval=0.1), random.Random(1), 0.0)
     stream.send(b"x", 0.0)
     targets = {}
     for round_ in range(1, 9):
@@ -200,7 +201,7 @@ def test_a_message_is_stable_everywhere_within_log2_n_rounds(in_step: bool) -> N
 
 def test_unchanged_stability_levels_are_not_sent_again() -> None:
     members = tuple(range(100))
-    stream = ReliableStream(3, members, TransportParams(gossip_interval=0.1, max_members=4_096),
+    stream = ReliableStream(3, members, Params(gossip_interval=0.1, max_members=4_096),
                             random.Random(1), 0.0)
     stream.send(b"x", 0.0)
     rounds = []
@@ -216,7 +217,7 @@ def test_unchanged_stability_levels_are_not_sent_again() -> None:
 def test_a_stability_announcement_of_our_roster_is_taken_and_a_lagging_one_answered() -> None:
     members = (1, 2, 3)
     tag = roster_of(members).tag
-    a = ReliableStream(1, members, TransportParams(window_max=8), random.Random(1), 0.0)
+    a = ReliableStream(1, members, Params(window_max=8), random.Random(1), 0.0)
     a.send(b"x", 0.0)
     assert a.on_stable(2, roster_of((1, 2)).tag, ((1, 1),)) == [] and a.window() == 1  # another view's word
     assert a.on_stable(2, tag, ((1, 1),)) == [] and a.window() == 0  # every member of ours holds it
@@ -229,7 +230,7 @@ def test_own_messages_unstable_for_two_cycles_ask_the_predecessors() -> None:
     predecessor's last update of our stream was lost (it retired the stream
     after one more cycle), we ask every predecessor what it knows."""
     members = tuple(range(100))
-    stream = ReliableStream(3, members, TransportParams(gossip_interval=0.1, max_members=4_096),
+    stream = ReliableStream(3, members, Params(gossip_interval=0.1, max_members=4_096),
                             random.Random(1), 0.0)
     stream.promise_gossip = True
     stream.send(b"x", 0.0, clock=5)
@@ -243,7 +244,7 @@ def test_own_messages_unstable_for_two_cycles_ask_the_predecessors() -> None:
 
 def test_the_promise_floor_is_the_least_clock_any_member_vouches_for() -> None:
     members = (0, 1, 2, 3)
-    stream = ReliableStream(0, members, TransportParams(), random.Random(1), 0.0)
+    stream = ReliableStream(0, members, Params(), random.Random(1), 0.0)
     stream.promise_gossip = True
     stream.lamport = 9
     assert stream.promise_floor() == 0, "no predecessor has spoken yet"

@@ -6,6 +6,7 @@ waited for ever for 1, until the survivor's window filled)."""
 
 from __future__ import annotations
 
+from sgcs.transport.params import Params
 from sgcs.transport.records import Record
 from sgcs.transport.unicast import UnicastStreams
 
@@ -13,7 +14,7 @@ ME, PEER = 1, 2
 
 
 def streams(incarnation: int = 0) -> UnicastStreams:
-    return UnicastStreams(ME, 100, 8, incarnation=incarnation)
+    return UnicastStreams(ME, Params(fragment_size=100, window_max=8), incarnation=incarnation)
 
 
 def records(first: int, count: int) -> tuple[Record, ...]:
@@ -46,6 +47,6 @@ def test_a_restarted_destination_gets_a_new_stream() -> None:
     u.forget(PEER)  # the group does this when it hears PEER's new incarnation
     first, _ = u.send(PEER, b"y", 0.0)
     assert first == (1 << 32) + 1, "the restarted receiver expects the stream's first number"
-    receiver = UnicastStreams(PEER, 100, 8, incarnation=7)
+    receiver = UnicastStreams(PEER, Params(fragment_size=100, window_max=8), incarnation=7)
     delivered, _ = receiver.on_records(ME, (Record(ME, first, (), 0, b"y", 0),), 0.0, incarnation=1)
     assert [m.payload for m in delivered] == [b"y"]

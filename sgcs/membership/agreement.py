@@ -48,11 +48,13 @@ numbered by an epoch; a view's id names its epoch and its members.
   messages in the new view, and answers INSTALLED. Members new to a member's
   view start their streams after the cut. A member left out of the COMMIT
   installs a singleton view and merges back through beacons.
-* **Timers.** The coordinator repeats PROPOSE and COMMIT to the members
-  that have not answered, five times per ``view_timeout``; a member that has not answered FLUSH after
+* **Timers** (``Params``, from ``Config``). The coordinator repeats PROPOSE
+  and COMMIT to the members that have not answered, ``view_repeats`` times
+  per ``view_timeout`` (5); a member that has not answered FLUSH after
   ``view_timeout`` is left out of the next attempt (a follow-up change). A
-  member that waits ``2 * view_timeout`` for a COMMIT takes over if it is the
-  lowest live member of the proposal (one epoch higher).
+  member that waits ``takeover_timeout`` (``2 * view_timeout``) for a COMMIT
+  takes over if it is the lowest live member of the proposal (one epoch
+  higher).
 
 **Cap.** A view holds at most ``max_members`` members. Joiners beyond it
 (lowest ids first) are refused and counted (``refused_joiners``); they stay
@@ -72,15 +74,12 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from ..transport.params import Params
 from ..wire import MsgType
 from .messages import Beacon, CommitMsg, Flush, InstalledMsg, Propose, encode
 from .roster import roster_of
 
 Entries = tuple[tuple[int, int], ...]
-REPEATS = 5
-"""Repetitions of a proposal or commit per ``view_timeout`` to members that have not answered."""
-UNICAST_REPEATS = 16
-"""At most this many silent members get a repetition each by unicast; more share one multicast."""
 MAX_ATTEMPT = 2**32 - 2
 """The largest attempt a proposal we accept may carry: outbidding it (attempt
 + 1) must still fit the wire's 32-bit field."""
@@ -259,18 +258,19 @@ class _Coordination:
 class ViewAgreement:
     """The view of one group on one member, and the changes that move it."""
 
-    def __init__(self, me: int, members: Iterable[int], view_timeout: float, now: float, tag: int = 0,
-                 epoch: int = 1, max_members: int = 4_096, ordered: bool = False, incarnation: int = 0) -> None:
+    def __init__(self, me: int, members: Iterable[int], params: Params, now: float, tag: int = 0,
+                 epoch: int = 1, ordered: bool = False, incarnation: int = 0) -> None:
+        """``params``: the view's cap ``max_members`` and the timers
+        (``view_timeout`` and the values derived from it)."""
         self.me = me
         self.incarnation = incarnation
         """Ours: it salts the names of the views we make (``view_id_of``)."""
         self.ordered = ordered
         """Total, safe or causal order: the cut leaves a lagging member's
         messages to the next view (``_holds_for``)."""
-        self.max_members = max_members
+        self.params = params
         self.refused_joiners = 0
         self.tag = tag
-        self.view_timeout = view_timeout
         initial = roster_of(members).with_member(me)
         # a view given at join is named alike by all its members; a singleton is ours
         self.view = View.of(epoch, initial, incarnation if len(initial) == 1 else 0)
@@ -367,7 +367,7 @@ class ViewAgreement:
     def _admit(self, members: dict[int, int]) -> bool:
         """Add joiners up to the view's cap; the rest are refused (and counted).
         Returns whether any member was taken."""
-        room = self.max_members - self._wanted_count()
+        room = self.params.max_members - self._wanted_count()
         taken = False
         for member in sorted(members):  # sorted: which ones get in must not depend on set order
             if member in self.restarted:
@@ -407,9 +407,9 @@ class ViewAgreement:
     def reconsider(self, now: float) -> list[AgreementOut]:
         """As coordinator, propose when the wanted membership is not the view.
         While other members are still being confirmed (suspected, not yet
-        failed), wait up to a quarter of ``view_timeout`` for their verdicts: one change
-        then excludes them all, instead of one attempt each, and fewer
-        optimistic messages are rolled back."""
+        failed), wait up to ``verdict_wait`` (a quarter of ``view_timeout``)
+        for their verdicts: one change then excludes them all, instead of one
+        attempt each, and fewer optimistic messages are rolled back."""
         if self.coordinator() != self.me:
             return []
         if self.accepted is not None and self.accepted.coordinator < self.me and self.coordination is None:
@@ -426,7 +426,7 @@ class ViewAgreement:
             # the others deliver those messages in the committed one
             # (randomized FIFO machine, explore.py seed 1083830753: invariant 7).
             # The change waits until we installed it.
-            self._reconsider_at = now + self.view_timeout / 20
+            self._reconsider_at = now + self.params.reconsider_interval
             return []
         wanted = tuple(sorted(self.wanted()))
         current = self.coordination.proposal.members if self.coordination else self.view.members
@@ -436,8 +436,8 @@ class ViewAgreement:
         if self.suspected & set(wanted) - {self.me}:
             if self._deferred_since is None:
                 self._deferred_since = now
-            if now - self._deferred_since < self.view_timeout / 4:
-                self._reconsider_at = now + self.view_timeout / 20
+            if now - self._deferred_since < self.params.verdict_wait:
+                self._reconsider_at = now + self.params.reconsider_interval
                 return []
         self._deferred_since = self._reconsider_at = None
         return self._propose(wanted, now)
@@ -455,14 +455,14 @@ class ViewAgreement:
             else:
                 epoch = accepted.epoch + 1
         proposal = _Proposal(epoch, attempt, self.me, members, self.incarnation)
-        self.coordination = _Coordination(proposal, deadline=now + self.view_timeout, proposed_in=self.view)
+        self.coordination = _Coordination(proposal, deadline=now + self.params.view_timeout, proposed_in=self.view)
         return self._send_proposal(now)
 
     def _send_proposal(self, now: float) -> list[AgreementOut]:
         coordination = self.coordination
         assert coordination is not None
         p = coordination.proposal
-        coordination.repeat_at = now + self.view_timeout / REPEATS
+        coordination.repeat_at = now + self.params.view_repeat_interval
         return [CtlSend(None, MsgType.PROPOSE, self._proposal_body(p))]
 
     def _proposal_body(self, p: _Proposal) -> bytes:
@@ -509,7 +509,7 @@ class ViewAgreement:
             if self.coordination is not None and proposal.coordinator != self.me:
                 self.coordination = None  # a higher proposal wins: follow it
             self.accepted = proposal
-        self.commit_wait = now + 2 * self.view_timeout
+        self.commit_wait = now + self.params.takeover_timeout
         out.append(self._flush_reply(src, proposal, delivered or {}))
         return out
 
@@ -701,8 +701,8 @@ class ViewAgreement:
                                                tuple(sorted(cut.items())), tuple(sorted(rollback.items())),
                                                tuple(sorted(foreign.items())), tuple(sorted(withdrawn.items()))))
         coordination.installed = set()
-        coordination.deadline = now + self.view_timeout
-        coordination.repeat_at = now + self.view_timeout / REPEATS
+        coordination.deadline = now + self.params.view_timeout
+        coordination.repeat_at = now + self.params.view_repeat_interval
         return [CtlSend(None, MsgType.COMMIT, coordination.commit)]
 
     def on_installed(self, src: int, msg: InstalledMsg) -> None:
@@ -733,9 +733,10 @@ class ViewAgreement:
 
     def _repeat(self, coordination: _Coordination, now: float) -> list[AgreementOut]:
         """Repeat the proposal (or the commit) to the members that have not
-        answered yet, five times per ``view_timeout``: by unicast when few are
-        missing, else by one multicast."""
-        coordination.repeat_at = now + self.view_timeout / REPEATS
+        answered yet, ``view_repeats`` times per ``view_timeout``: by unicast
+        to each while they are at most ``repeat_unicast_max``, else by one
+        multicast."""
+        coordination.repeat_at = now + self.params.view_repeat_interval
         p = coordination.proposal
         if coordination.commit is None:
             missing = [m for m in p.members if m not in coordination.replies and m != self.me]
@@ -744,7 +745,7 @@ class ViewAgreement:
         else:
             missing = [m for m in p.members if m not in coordination.installed and m != self.me]
             body, msg_type = coordination.commit, MsgType.COMMIT
-        if len(missing) > UNICAST_REPEATS:
+        if len(missing) > self.params.repeat_unicast_max:
             return [CtlSend(None, msg_type, body)]
         return [CtlSend(m, msg_type, body) for m in missing]
 
@@ -781,7 +782,7 @@ class ViewAgreement:
         wants now; a change with unchanged members still ends the freeze."""
         proposal = self.accepted
         assert proposal is not None
-        self.commit_wait = now + 2 * self.view_timeout
+        self.commit_wait = now + self.params.takeover_timeout
         if self.coordination is not None:
             return []
         if proposal.coordinator in self.view and proposal.coordinator != self.me:

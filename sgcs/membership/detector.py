@@ -26,11 +26,12 @@ three-stage survival signal).
   heartbeat to every receiver: a round in which we multicast sends no
   separate gossip.
 * **Suspicion.** A member whose counter has not risen, and from which nothing
-  arrived, for ``suspect_timeout = suspect_factor * max(3, ceil(log2 N)) *
-  gossip_interval`` is suspected. ceil(log2 N) rounds is the paper's minimum,
-  the age of the freshest news in lockstep with nothing lost; in small groups
-  that is one or two rounds, which any scheduling jitter overruns (a group of
-  two suspected its live peer about once a second), hence the floor of 3.
+  arrived, for ``suspect_timeout = suspect_factor * max(suspect_min_rounds,
+  ceil(log2 N)) * gossip_interval`` is suspected (``Params.suspect_timeout``).
+  ceil(log2 N) rounds is the paper's minimum, the age of the freshest news in
+  lockstep with nothing lost; in small groups that is one or two rounds,
+  which any scheduling jitter overruns (a group of two suspected its live
+  peer about once a second), hence the floor (3 rounds by default).
 * **Pull.** A suspect gets ``probe_count`` direct probes, ``probe_interval``
   apart. Any answer, indeed any datagram from it, ends the suspicion. An ICMP
   "port unreachable" reported by the driver answers the pull stage at once:
@@ -64,6 +65,7 @@ from typing import Iterable
 
 import numpy as np
 
+from ..transport.params import Params
 from ..wire import MAX_HEARTBEAT_ENTRIES, MAX_ROSTER_HEARTBEAT_ENTRIES, MsgType, encode_heartbeat, \
     encode_roster_heartbeat
 from .messages import Ask, AskReply, Probe, ProbeAck, encode
@@ -77,26 +79,6 @@ member, not 8: two such tables are a gigabyte at 10,000 nodes of 10,000
 members); past this many the epoch moves forward (about every 12 days)."""
 OLDEST_MS = -(2**29)
 """A rebase clamps older times here, so a difference of two stays in int32."""
-MIN_SUSPECT_ROUNDS = 3
-"""Floor of the rounds in ``suspect_timeout`` (see "Suspicion" above)."""
-
-
-def suspect_rounds(members: int) -> int:
-    """Heartbeat rounds without news before a member of a group of
-    ``members`` is suspected, before ``suspect_factor``."""
-    return max(MIN_SUSPECT_ROUNDS, math.ceil(math.log2(max(2, members))))
-
-
-@dataclass(frozen=True, slots=True)
-class FdParams:
-    gossip_interval: float = 0.1
-    suspect_factor: float = 1.0
-    probe_count: int = 3
-    probe_interval: float = 0.3
-    ask_count: int = 3
-    ask_timeout: float = 0.5
-    roster_heartbeats: bool = True
-    """Send the table in the roster form (2 bytes a member), not as (id, counter) pairs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +143,11 @@ class DetectorStatistics:
 class FailureDetector:
     """Per-node heartbeat table, suspicion and confirmation; a pure state machine."""
 
-    def __init__(self, me: int, params: FdParams, rng: random.Random, now: float) -> None:
+    def __init__(self, me: int, params: Params, rng: random.Random, now: float) -> None:
+        """``params``: ``gossip_interval`` (a round), the suspicion timeout's
+        ``suspect_factor`` and ``suspect_min_rounds``, the pull stage's
+        ``probe_count`` and ``probe_interval``, the ask stage's ``ask_count``
+        and ``ask_timeout``, and the heartbeat's form (``roster_heartbeats``)."""
         self.me = me
         self.params = params
         self.rng = rng
@@ -197,8 +183,7 @@ class FailureDetector:
         counters = np.zeros(len(ids), dtype=np.uint16)
         heard_at = np.full(len(ids), self._ms(now), dtype=np.int32)
         # a newcomer's heartbeat needs log2 N rounds to reach us: one timeout of grace
-        grace_from = np.full(len(ids), self._ms(now + self.params.suspect_factor * suspect_rounds(len(ids))
-                                                * self.params.gossip_interval), dtype=np.int32)
+        grace_from = np.full(len(ids), self._ms(now + self.params.suspect_timeout(len(ids))), dtype=np.int32)
         if len(self.ids) == 1:  # only ourselves so far: nothing to carry over
             counters[roster.index[self.me]] = self.counters[0]
             self.ids, self.counters, self.heard_at, self.grace_from = ids, counters, heard_at, grace_from
@@ -227,7 +212,7 @@ class FailureDetector:
         self.grace_from[i] = self._ms(now + self.suspect_timeout())
 
     def suspect_timeout(self) -> float:
-        return self.params.suspect_factor * suspect_rounds(len(self.ids)) * self.params.gossip_interval
+        return self.params.suspect_timeout(len(self.ids))
 
     def heard_from(self, member: int) -> float:
         """When ``member`` was last heard from, on the caller's clock (ms resolution)."""

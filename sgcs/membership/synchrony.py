@@ -21,8 +21,9 @@ Phases (``Phase``) and what moves between them (``Step``, ``TRANSITIONS``):
   proposed view (optimistic virtual synchrony), flagged with its epoch.
 * ``COMPLETING``: a commit named the cut (phase 2). Each stream is fetched up
   to the cut; what lies within it is delivered in the old view. If that takes
-  ``2 * view_timeout`` we give up (``GIVE_UP``) and start again alone, which
-  keeps every view we install consistent; beacons merge us back.
+  ``cut_timeout`` (``2 * view_timeout``) we give up (``GIVE_UP``) and start
+  again alone, which keeps every view we install consistent; beacons merge
+  us back.
 * ``INSTALLING``: every stream is complete up to the cut (phase 3). The held
   messages are sorted out (``settle``): delivered in the new view, rolled back
   (their proposal lost: the optimistic view was not a subset of the installed
@@ -59,7 +60,7 @@ class Step(Enum):
     COMMIT = "commit"
     """A commit names the cut; or we start again alone (left out, or given up)."""
     GIVE_UP = "give_up"
-    """The cut could not be completed in ``2 * view_timeout``."""
+    """The cut could not be completed in ``cut_timeout`` (``2 * view_timeout``)."""
     INSTALL = "install"
     """Every stream is complete up to the cut (phase 3)."""
     SETTLED = "settled"
@@ -167,10 +168,11 @@ class ViewChange:
         """A commit is being completed here (its cut fetched, then installed)."""
         return self.phase is Phase.COMPLETING or self.phase is Phase.INSTALLING
 
-    def overdue(self, now: float, view_timeout: float) -> bool:
-        """The cut is still incomplete: whether to give up now (it took ``2 * view_timeout``)."""
+    def overdue(self, now: float, cut_timeout: float) -> bool:
+        """The cut is still incomplete: whether to give up now (it took
+        ``cut_timeout`` seconds, ``Params.cut_timeout``)."""
         if self.deadline is None:
-            self.deadline = now + 2 * view_timeout
+            self.deadline = now + cut_timeout
             return False
         return now >= self.deadline
 

@@ -7,4 +7,6 @@
 * ``unicast``: reliable per-pair unicast streams.
 * ``records``: the values exchanged between the transport and the node.
 * ``framing``: batching records into datagrams under a byte budget.
+* ``params``: the protocol's parameters as every layer reads them (``Params``,
+  built from ``sgcs.Config`` once per node).
 """

@@ -7,9 +7,10 @@ share datagrams, filled in order up to the budget (``Config.bundle_size``
 minus the header, MAC and body framing). A record never spans datagrams;
 fragmentation happened earlier, when the message was cut into records no
 larger than ``fragment_size``, which is what fits one ``Config.max_datagram``
-alone with the few ACKs a FIFO record carries. A record of an ordered group
-may carry more ACKs (its whole causal past) and then travels alone in a
-larger datagram: a 1 KB message is never cut in two to reserve ACK space.
+alone with the few ACKs a FIFO record carries (``Config.fifo_acks``). A
+record of an ordered group may carry more ACKs (its whole causal past) and
+then travels alone in a larger datagram: a 1 KB message is never cut in two
+to reserve ACK space.
 The sizes here follow ``sgcs.wire``'s layouts.
 """
 
@@ -27,14 +28,10 @@ ACK_ENTRY_MAX = 20
 """Two varints of at most 10 bytes each."""
 
 
-RESERVED_ACKS = 4
-"""ACK entries reserved in a record's size budget: what a FIFO record carries."""
-
-
-def fragment_size(max_datagram: int) -> int:
-    """Payload bytes per record so that a record with ``RESERVED_ACKS`` ACKs
-    fits one datagram alone."""
-    reserve = 3 + RESERVED_ACKS * ACK_ENTRY_MAX
+def fragment_size(max_datagram: int, acks: int) -> int:
+    """Payload bytes per record so that a record with ``acks`` ACKs (what a
+    FIFO record carries at most, ``Config.fifo_acks``) fits one datagram alone."""
+    reserve = 3 + acks * ACK_ENTRY_MAX
     return max_datagram - OVERHEAD - RECORDS_HEADER - UNICAST_HEADER - RECORD_HEADER - reserve
 
 

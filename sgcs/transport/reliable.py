@@ -36,10 +36,12 @@ Numbers only grow and stored values are older, so the result is a lower
 bound: never too early, only late. Values are merged only between members
 with the same roster (hash of the member list), so a view change restarts
 the aggregation. A member keeps gossiping a sender for one more cycle after
-its prefix last became stable, so the members after it learn it too. (No
-member tells another a stable prefix directly: computed over another view,
-it would vouch for members that never had those records.)
-Ordered groups (``ack_nulls``) also send an idle member's ACKs as nulls,
+its prefix last became stable, so the members after it learn it too. A
+stable prefix is told directly (``OutStable``) only within one roster: to
+a predecessor whose floors lag what we know stable, or to a member that
+asks because its own messages stayed unstable for two cycles; computed over
+another view it would vouch for members that never had those records.
+Ordered groups (``ordered``) also send an idle member's ACKs as nulls,
 which become its multicast promise.
 
 **Promises by gossip** (``promise_gossip``: total and safe order in large
@@ -75,6 +77,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..membership.roster import Roster, roster_of
+from .params import Params
 from .reassembly import Reassembly
 from .records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, Message, Out, OutDigest, OutNack, OutNull,
                       OutRecords, OutStable, Range, Record)
@@ -111,48 +114,9 @@ MISSING_SCAN = 65_536
 """Sequence numbers examined past the contiguous prefix when listing gaps, so a
 member that ACKs an absurd number cannot make us loop."""
 
-
-@dataclass(frozen=True, slots=True)
-class TransportParams:
-    """Timing and size knobs, all in seconds, records or bytes."""
-
-    gossip_interval: float = 0.1
-    nack_delay: float = 0.01
-    """First NACK after a loss is detected: long enough for reordering to fill the gap."""
-    nack_backoff_max: float = 1.0
-    ack_interval: float = 0.1
-    """An idle member of an ordered group sends its new ACKs at most this long after it received."""
-    promise_spacing: float = 0.1
-    """... and at most ``promise_spacing * N`` after, in a view of N (``Config.promise_spacing``)."""
-    ack_nulls: bool = False
-    """Send idle members' ACKs as null messages (ordered groups turn them into promises)."""
-    extra_levels: int = 64
-    """Changed stability levels gossiped per round besides the round's own (``Config.stability_extra_levels``)."""
-    promises: str = "auto"
-    """Total and safe order: ``"direct"`` (nulls), ``"gossip"`` (the all-reduce), or
-    ``"auto"``: gossip in views larger than ``ACK_MATRIX_MAX`` (``Config.promises``)."""
-    window_max: int = 4_096
-    send_delay_min: float = 0.0
-    send_delay_scale: float = 0.001
-    fragment_size: int = 1_200
-    """Payload bytes per record."""
-    max_message: int = 16 * 1024 * 1024
-    push_budget: int = 64
-    """Records answered per NACK or pushed per digest entry set."""
-    nack_max_ranges: int = 16
-    max_acks: int = 16
-    """ACK entries piggybacked on one record; the rest wait for the next send."""
-    nack_enabled: bool = True
-    gossip_enabled: bool = True
-    flush_delay: float = 0.0
-    max_datagram: int = 1_400
-    bundle_size: int = 65_000
-    """Bytes of a datagram that bundles records (``Config.bundle_size``)."""
-    reassembly_timeout: float = 60.0
-    """Seconds a partially received message may wait for its other fragments."""
-    max_members: int = 4_096
-    """Members of one group's view (a group-level cap, carried here so that the
-    node hands one parameter object to each group)."""
+ORDERED_ACKS = 1 << 20
+"""ACK entries a record of an ordered group may carry: out of reach, since a
+message must list every ACK gathered before it (its causal past)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +179,16 @@ class _Inbound:
 class ReliableStream:
     """One member's reliable multicast in one group; a pure state machine."""
 
-    def __init__(self, me: int, members: tuple[int, ...], params: TransportParams, rng: random.Random, now: float,
-                 first_seq: int = 1) -> None:
+    def __init__(self, me: int, members: tuple[int, ...], params: Params, rng: random.Random, now: float,
+                 first_seq: int = 1, *, ordered: bool = False) -> None:
+        """``ordered``: the group delivers in causal, total or safe order. Its
+        records then carry every ACK gathered before them (their causal past),
+        and idle members promise by multicasting their ACKs (nulls); a FIFO
+        group's carry at most ``fifo_acks``."""
         self.me = me
         self.params = params
+        self.max_acks = ORDERED_ACKS if ordered else params.fifo_acks
+        """ACK entries one record carries at most; the rest ride on the next."""
         self.rng = rng
         self._next_seq = first_seq
         self._inbound: dict[int, _Inbound] = {}
@@ -277,7 +247,7 @@ class ReliableStream:
         self.stability_cap: dict[int, int] | None = None
         """During a view change: nothing past the snapshot (then the cut) becomes
         stable, since members new to the next view start there and may need it."""
-        self.promise_nulls = params.ack_nulls
+        self.promise_nulls = ordered
         """Send promises as nulls (ordered groups in small views; the group sets it per view)."""
         self.promise_gossip = False
         """Carry promise clocks in the stability all-reduce instead (the group sets it per view)."""
@@ -288,13 +258,13 @@ class ReliableStream:
         self._clock_levels: list[int] = []
         """Per level, the promise clock of the 2**k members before us (latest heard)."""
         self._known_stable: dict[int, int] = {}
+        """Per sender, the prefix every member of the current roster holds, as
+        learnt in this roster (kept after the sender's state retires): what we
+        tell a member whose gossip lags."""
         self._stuck = (0, 0)
         """(our oldest unstable own record, the round since which it is): see ``_ask_if_stuck``."""
         self._retired: dict[int, int] = {}
         """Senders whose stability state retired, oldest first, with the round it did."""
-        """Per sender, the prefix every member of the current roster holds, as
-        learnt in this roster (kept after the sender's state retires): what we
-        tell a member whose gossip lags."""
         self._sent_clocks: list[int] = []
         self.set_members(members)
 
@@ -371,7 +341,7 @@ class ReliableStream:
         first = self._next_seq
         records = []
         for i, piece in enumerate(pieces):
-            acks = self._take_acks(self.params.max_acks) if i == 0 else ()
+            acks = self._take_acks(self.max_acks) if i == 0 else ()
             for sender, high in acks:  # the multicast reaches that sender too
                 if self._ack_due.get(sender, high + 1) <= high:
                     del self._ack_due[sender]
@@ -393,7 +363,7 @@ class ReliableStream:
         """Up to ``limit`` pending ACK entries, lowest senders first; the rest
         ride on the next record. The ordered deliveries (``sgcs.ordering``)
         need a message to list every ACK gathered before it (its causal past),
-        so ordered groups raise the limit out of reach (``GroupStack``); only
+        so ordered groups raise the limit out of reach (``ORDERED_ACKS``); only
         FIFO groups leave entries behind."""
         acks = tuple(sorted(self._dirty.items())[:limit])
         if len(acks) == len(self._dirty):
@@ -448,7 +418,7 @@ class ReliableStream:
             inbound.known_high = seq
         if record.acks:
             # the record is buffered as it came, ACKs included: a FIFO record
-            # carries at most ``FIFO_ACKS`` of them, and in the simulator every
+            # carries at most ``fifo_acks`` of them, and in the simulator every
             # receiver holds the one decoded record (a copy without them cost
             # a tuple per receiver: 10,000 of them at scale)
             for acked, high in record.acks:
@@ -487,7 +457,7 @@ class ReliableStream:
             self._note_ack(sender, sender, inbound.known_high)  # a sender holds its own stream
         self._dirty.pop(sender, None)  # re-insert: the dict's order is freshness
         self._dirty[sender] = inbound.contig
-        if len(self._dirty) > 4 * self.params.max_acks:
+        if len(self._dirty) > 4 * self.max_acks:
             # a FIFO member that seldom sends keeps only its freshest ACKs
             # (ordered groups carry them all: their limit is never reached)
             self._dirty.pop(next(iter(self._dirty)))
@@ -768,7 +738,7 @@ class ReliableStream:
         together (``benchmarks/stability_rounds.py``). Sent as soon as it
         changes, a value climbs one level per round: ceil(log2 N) rounds in
         all (5.5 at N = 128), for up to ceil(log2 N) digests per member per
-        round under load. ``extra_levels`` caps the changed levels sent
+        round under load. ``stability_extra_levels`` caps the changed levels sent
         besides the round's own, lowest first: with 1, about 1.5 ceil(log2 N)
         rounds (11.5 at N = 128, 14.5 at 1,024) for about 2 digests per
         member per round. Views small enough for the ACK matrix
@@ -794,7 +764,7 @@ class ReliableStream:
         direct = self._acked is not None and not self.promise_gossip
         assert self._roster is not None
         tag, linger = self._roster.tag, self._linger
-        extras = self.params.extra_levels  # the lowest changed levels first: a value climbs from level 0
+        extras = self.params.stability_extra_levels  # the lowest changed levels first: a value climbs from level 0
         out: list[Out] = asks
         listed = tuple(senders)
         for level, values in enumerate(self._floor_rows(senders)):

@@ -6,7 +6,8 @@ Each ordered pair (sender, destination) has its own sequence numbers, so a
 unicast never leaves a gap in the multicast stream that other members would
 try to repair. The sender keeps every record until the destination's
 cumulative ACK covers it and retransmits what is still unacknowledged after a
-retransmission timeout that doubles on each try, up to ``rto_max``. The
+retransmission timeout that starts at ``rto_min``, doubles on each try, up to
+``rto_max``, and starts again at ``rto_min`` after an ACK (``Config``). The
 receiver delivers in order, reassembles fragments, and answers every record
 with its cumulative ACK (a duplicate means our ACK was lost, so it is answered
 too). Unacknowledged records per destination are capped by ``window_max``: at
@@ -29,19 +30,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .params import Params
 from .reassembly import Reassembly
 from .records import MORE_FRAGMENTS, Message, Record
-
-RTO_MIN = 0.05
-RTO_MAX = 1.0
 
 
 @dataclass(slots=True)
 class _Outgoing:
-    next_seq: int = 1
+    next_seq: int
+    rto: float
+    """The retransmission timeout, seconds: ``rto_min`` to ``rto_max``."""
     unacked: dict[int, Record] = field(default_factory=dict)
     retransmit_at: float | None = None
-    rto: float = RTO_MIN
 
 
 @dataclass(slots=True)
@@ -73,15 +73,16 @@ class UnicastAck:
 class UnicastStreams:
     """All of one member's unicast streams in one group."""
 
-    def __init__(self, me: int, fragment_size: int, window_max: int, max_message: int = 16 * 1024 * 1024,
-                 reassembly_timeout: float = 60.0, incarnation: int = 0) -> None:
+    def __init__(self, me: int, params: Params, incarnation: int = 0) -> None:
+        """``params``: ``fragment_size`` cuts messages into records;
+        ``window_max`` caps the unacknowledged records per destination and
+        the out-of-order ones per source; ``max_message`` and
+        ``reassembly_timeout`` bound a partial message; ``rto_min`` and
+        ``rto_max`` time retransmissions."""
         self.me = me
         self.base = incarnation << 32
         """Our streams' numbers start after this (see the module's docstring)."""
-        self.fragment_size = fragment_size
-        self.window_max = window_max
-        self.max_message = max_message
-        self.reassembly_timeout = reassembly_timeout
+        self.params = params
         self._out: dict[int, _Outgoing] = {}
         self._in: dict[int, _Incoming] = {}
         self.retransmissions = 0
@@ -92,14 +93,14 @@ class UnicastStreams:
 
     def blocked(self, dst: int) -> bool:
         out = self._out.get(dst)
-        return out is not None and len(out.unacked) >= self.window_max
+        return out is not None and len(out.unacked) >= self.params.window_max
 
     def send(self, dst: int, payload: bytes, now: float) -> tuple[int, UnicastSend]:
         self._clock = now
         out = self._out.get(dst)
         if out is None:
-            out = self._out[dst] = _Outgoing(next_seq=self.base + 1)
-        size = self.fragment_size
+            out = self._out[dst] = _Outgoing(self.base + 1, self.params.rto_min)
+        size = self.params.fragment_size
         pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
         first = out.next_seq
         records = []
@@ -123,14 +124,15 @@ class UnicastStreams:
             incoming = self._in[src] = _Incoming(base, base)  # a new sender, or a new incarnation of it
         delivered: list[Message] = []
         for record in records:
-            if incoming.contig < record.seq <= incoming.contig + self.window_max:
+            if incoming.contig < record.seq <= incoming.contig + self.params.window_max:
                 incoming.pending.setdefault(record.seq, record)
             elif record.seq > incoming.contig:
                 self.drops["beyond_window"] = self.drops.get("beyond_window", 0) + 1
         while incoming.contig + 1 in incoming.pending:
             incoming.contig += 1
             record = incoming.pending.pop(incoming.contig)
-            done = incoming.reassembly.push(record, now, self.max_message, self.reassembly_timeout, self.drops)
+            done = incoming.reassembly.push(record, now, self.params.max_message, self.params.reassembly_timeout,
+                                            self.drops)
             if done is not None:
                 delivered.append(Message(src, done[0].seq, (), b"".join(r.payload for r in done)))
         return delivered, UnicastAck(src, incoming.contig)
@@ -141,13 +143,13 @@ class UnicastStreams:
             return
         for seq in [s for s in out.unacked if s <= high]:
             del out.unacked[seq]
-        out.rto = RTO_MIN
+        out.rto = self.params.rto_min
         out.retransmit_at = None if not out.unacked else out.retransmit_at
 
     def on_timeout(self, now: float, budget: int) -> list[UnicastSend]:
         self._clock = now
         for incoming in self._in.values():  # one entry per member of the view: a short loop
-            incoming.reassembly.stamp(now, self.reassembly_timeout)
+            incoming.reassembly.stamp(now, self.params.reassembly_timeout)
             incoming.reassembly.expire(now, self.drops)
         sends = []
         for dst, out in self._out.items():
@@ -155,7 +157,7 @@ class UnicastStreams:
                 records = tuple(out.unacked[s] for s in sorted(out.unacked)[:budget])
                 self.retransmissions += len(records)
                 sends.append(UnicastSend(dst, records, retransmit=True))
-                out.rto = min(RTO_MAX, out.rto * 2)
+                out.rto = min(self.params.rto_max, out.rto * 2)
                 out.retransmit_at = now + out.rto
         return sends
 

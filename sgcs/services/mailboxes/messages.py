@@ -139,10 +139,6 @@ class Kind(str, Enum):
     HOME_ACK = "home_ack"
 
 
-CONTROL_KINDS = frozenset({Kind.QUERY, Kind.ANSWER, Kind.DEREG, Kind.UPDATE, Kind.HOME_UPDATE})
-"""The kinds the paper's cost model counts as control messages (C_ctl each)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """One post-office message: its kind, the sending domain, and a body

@@ -416,13 +416,6 @@ class QueueStore:
                 "UPDATE messages SET state=0, owner=NULL, lease_until=NULL WHERE state=1 AND owner=?",
                 (consumer,)).rowcount
 
-    def release_owners(self, prefix: str) -> int:
-        """Release every lease whose owner starts with ``prefix`` (e.g. all remote consumers)."""
-        with self._tx():
-            return self._db.execute(
-                "UPDATE messages SET state=0, owner=NULL, lease_until=NULL WHERE state=1 AND substr(owner, 1, ?)=?",
-                (len(prefix), prefix)).rowcount
-
     def expire(self, now: float) -> int:
         """Leases whose deadline passed become ready again; returns how many."""
         with self._tx():
