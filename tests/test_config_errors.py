@@ -1,4 +1,4 @@
-"""Bad local input (issue 8, part 5): every invalid Config value is refused
+"""Bad local input: every invalid Config value is refused
 with the field's name and its allowed range, and the command line turns bad
 files, paths and values into one line on stderr with exit code 2."""
 

@@ -1,4 +1,4 @@
-"""Fuzzing in the suite (issue 8, part 4): hypothesis over every fuzz target,
+"""Fuzzing in the suite: hypothesis over every fuzz target,
 and a short coverage-guided atheris run. Long runs: tests/fuzz/run.py."""
 
 from __future__ import annotations

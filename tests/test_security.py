@@ -1,5 +1,5 @@
 """Security: forged, replayed and cross-policy datagrams are refused; encryption
-hides payloads; a node without the secret cannot join (issue 8).
+hides payloads; a node without the secret cannot join.
 
 The shared in-memory network (tests/_memnet.py) runs sans-I/O nodes (the
 same code as the trio driver and the simulator) and records every datagram
