@@ -214,13 +214,16 @@ class GroupStack:
     def _choose_promises(self) -> None:
         """Total and safe order promise by nulls in small views and by the
         stability all-reduce in large ones (``Config.promises``): chosen per view."""
-        mode = self.params.promises
-        gossip = self.order in (Order.TOTAL, Order.SAFE) and (
-            mode == "gossip" or mode == "auto" and len(self.view.members) > ACK_MATRIX_MAX)
+        gossip = self._promises_by_gossip()
         self.stream.promise_gossip = gossip
         self.stream.promise_nulls = self.order is not Order.FIFO and not gossip
         if gossip and self.ordering is not None:
             self.ordering.set_floor(0)
+
+    def _promises_by_gossip(self) -> bool:
+        mode = self.params.promises
+        return self.order in (Order.TOTAL, Order.SAFE) and (
+            mode == "gossip" or mode == "auto" and len(self.view.members) > ACK_MATRIX_MAX)
 
     def _advance_floor(self) -> None:
         """Promises by gossip: the order delivers up to the all-reduce's floor."""
@@ -234,7 +237,7 @@ class GroupStack:
     def _new_ordering(self, starts: dict[int, int]) -> OrderingLayer | None:
         if self.order is Order.FIFO:
             return None
-        ordering = OrderingLayer(self.me, self.agreement.view.members, self.order)
+        ordering = OrderingLayer(self.me, self.agreement.view.members, self.order, self._promises_by_gossip())
         for member, seq in starts.items():
             ordering.start_at(member, seq)
         return ordering

@@ -192,6 +192,21 @@ def test_acks_naming_non_members_leave_no_state() -> None:
     assert set(layer._streams) == {ME, PEER}
 
 
+def test_promises_by_gossip_keep_no_state_for_members_that_do_not_send() -> None:
+    members = tuple(range(10_000))
+    layer = OrderingLayer(0, members, Order.SAFE, gossip=True)
+    for member in members:
+        layer.start_at(member, 7 << 32)  # a view's cut: every member's stream base
+    assert not layer._streams and not layer._clocks  # nothing per silent member
+    layer.on_message(OrderedMessage(4_321, (7 << 32) + 1, (7 << 32) + 1, ((5, 1),), b"m", clock=3))
+    assert set(layer._streams) == {4_321} and not layer._acked  # no safe-order ACK table either
+    assert layer.deliverable() == []  # not yet below the floor
+    layer.set_floor(3)
+    assert [m.payload for m in layer.deliverable()] == [b"m"]
+    stream = layer._streams[4_321]
+    assert stream.queue is stream.stamps is stream.promises  # the shared empty deque: none of its own
+
+
 # ---------------------------------------------------------------------- config
 
 
