@@ -197,6 +197,7 @@ def test_promises_by_gossip_keep_no_state_for_members_that_do_not_send() -> None
     layer = OrderingLayer(0, members, Order.SAFE, gossip=True)
     for member in members:
         layer.start_at(member, 7 << 32)  # a view's cut: every member's stream base
+    layer.on_null(99, ((99, (7 << 32) + 5),), 4)  # a null from a member that never sent
     assert not layer._streams and not layer._clocks  # nothing per silent member
     layer.on_message(OrderedMessage(4_321, (7 << 32) + 1, (7 << 32) + 1, ((5, 1),), b"m", clock=3))
     assert set(layer._streams) == {4_321} and not layer._acked  # no safe-order ACK table either

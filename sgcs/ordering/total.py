@@ -181,8 +181,8 @@ class OrderingLayer:
         usable once we hold its stream up to that point."""
         if self.order is Order.SAFE:
             self.on_acks(member, acks)
-        if clock is None or member not in self._roster:
-            return
+        if clock is None or self.floor is not None or member not in self._roster:
+            return  # promises by gossip: the floor decides, and a null must not cost a stream
         stream = self._stream(member)
         position = next((high for sender, high in acks if sender == member), 0)
         if position <= stream.received:
