@@ -109,6 +109,8 @@ async def parent(events: int, batch: int, payload_max: int) -> None:
         away.wait(60)
         first_away = load(work / "away.json")
         before = {tuple(k): tuple(r) for k, r in first_away["rows"]}  # type: ignore[union-attr]
+        print(f"first run of the returning subscriber: {len(before)} rows, "
+              f"{first_away['counters']['delivered']} events delivered")  # type: ignore[index]
         backlog = [(f"I{rng.randrange(200):03d}", float(rng.randrange(1, 1000)), 1.0) for _ in range(events)]
         start = time.perf_counter()
         for at in range(0, events, batch):
@@ -138,7 +140,8 @@ async def parent(events: int, batch: int, payload_max: int) -> None:
           f" its process started")
     print(f"catch-up: {counters['catchup_events']} events, {counters['catchup_bytes']:,} bytes for {len(changed)} changed"
           f" issues (at most 2 per issue: {counters['catchup_events'] <= 2 * len(changed)}); replaying its part of the"
-          f" backlog: {len(mine)} events, {replay:,} bytes ({replay / max(1, counters['catchup_bytes']):.0f}x)")  # type: ignore[index,operator]
+          f" backlog: {len(mine)} events, {replay:,} bytes ({replay / max(1, counters['catchup_bytes']):.0f}x); state"
+          f" transfer instead (no durable rows to start from): {counters['transfer_bytes']:,} bytes")  # type: ignore[index,operator]
     print(f"rows: {len(after)} after the return, {len(stayed['rows'])} at the subscriber that stayed "  # type: ignore[arg-type]
           f"(events it received live: {stayed['counters']['delivered']})")  # type: ignore[index]
     print(f"state equals the subscriber that stayed: {back['rows'] == stayed['rows']}; maxima never went back: "
