@@ -781,7 +781,8 @@ class GroupStack:
 
     def _digest(self, out: OutDigest) -> list[Frame]:
         aggregate = out.aggregate
-        wire = None if aggregate is None else (aggregate.level, aggregate.roster, aggregate.floors, aggregate.clock)
+        wire = None if aggregate is None else (aggregate.level, aggregate.roster, aggregate.floors, aggregate.clock,
+                                               aggregate.seq, aggregate.flags)
         return [(MsgType.DIGEST, out.dst, Flag.NONE, encode_digest(self.tag, out.entries, wire))]
 
     def _null(self, out: OutNull) -> list[Frame]:

@@ -302,8 +302,9 @@ def decode_leave_untrusted(body: bytes) -> LeaveMsg:
 # entries  := group_tag Q | acks                           (UNICAST_ACK)
 # stable   := group_tag Q | roster I | acks                (STABLE: every member of that roster holds these)
 # null     := entries [| clock varint]                    (NULL; the clock: a promise, ordered groups)
-# digest   := entries [| level B | roster I | acks [| clock varint]]
-#             (DIGEST; the optional part: stability gossip, with the promise clock of ordered groups)
+# digest   := entries [| level+flags B | roster I | seq H | acks [| clock varint]]
+#             (DIGEST; the optional part: stability gossip, changed floors only unless flagged FULL,
+#             numbered per level; with the promise clock of ordered groups)
 
 MAX_RECORDS = 1_024
 MAX_ACKS = 32_768
@@ -497,24 +498,27 @@ def decode_entries_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], 
     return tag, entries
 
 
-_AGGREGATE = struct.Struct("!BI")
+_AGGREGATE = struct.Struct("!BIH")
 MAX_LEVEL = 63
+_LEVEL_BITS = 6
+"""The aggregate's first byte: the level in its low 6 bits, its flags above."""
 
 
-AggregateFields = tuple[int, int, "tuple[tuple[int, int], ...]", int]
-"""(level, roster, floors, clock) of a digest's stability gossip."""
+AggregateFields = tuple[int, int, "tuple[tuple[int, int], ...]", int, int, int]
+"""(level, roster, floors, clock, seq, flags) of a digest's stability gossip."""
 
 
 def encode_digest(tag: int, entries: "tuple[tuple[int, int], ...]", aggregate: AggregateFields | None) -> bytes:
     body = encode_entries(tag, entries)
     if aggregate is None:
         return body
-    level, roster, floors, clock = aggregate
-    return body + _AGGREGATE.pack(level, roster) + encode_acks(floors) + (_clock_bytes(clock) if clock else b"")
+    level, roster, floors, clock, seq, flags = aggregate
+    head = _AGGREGATE.pack(level | flags << _LEVEL_BITS, roster, seq)
+    return body + head + encode_acks(floors) + (_clock_bytes(clock) if clock else b"")
 
 
 def decode_digest_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], ...], AggregateFields | None]":
-    """(group tag, entries, (level, roster, floors, clock; 0 when absent) or None)."""
+    """(group tag, entries, (level, roster, floors, clock (0 when absent), seq, flags) or None)."""
     if len(body) < _TAG.size + 1:
         raise DecodeError("length", "digest")
     (tag,) = _TAG.unpack_from(body)
@@ -523,11 +527,10 @@ def decode_digest_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], .
         return tag, entries, None
     if len(body) < end + _AGGREGATE.size + 1:
         raise DecodeError("length", "digest aggregate")
-    level, roster = _AGGREGATE.unpack_from(body, end)
-    if level > MAX_LEVEL:
-        raise DecodeError("body", f"aggregate level {level}")
+    first, roster, seq = _AGGREGATE.unpack_from(body, end)
+    level, flags = first & MAX_LEVEL, first >> _LEVEL_BITS
     floors, end = decode_acks_untrusted(body, end + _AGGREGATE.size)
-    return tag, entries, (level, roster, floors, _decode_clock(body, end, "digest"))
+    return tag, entries, (level, roster, floors, _decode_clock(body, end, "digest"), seq, flags)
 
 
 _DEST = struct.Struct("!Q")

@@ -182,7 +182,7 @@ class Simulator:
         """Start the nodes, run to the scenario's duration, close the trace."""
         scenario = self.scenario
         try:
-            with _no_collections():
+            with no_collections():
                 start_run(self)
                 self.engine.run(scenario.duration, self._dispatch, progress)
         except UsageError:
@@ -395,7 +395,7 @@ class Simulator:
 
 
 @contextmanager
-def _no_collections() -> Iterator[None]:
+def no_collections() -> Iterator[None]:
     """A run allocates millions of short-lived tuples and messages and makes
     no reference cycles: the protocol objects hold none (a node dropped from
     a 3-node group leaves 0 objects for the collector), and after a

@@ -10,16 +10,16 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from sgcs.membership.roster import roster_of
-from sgcs.transport.records import Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
+from sgcs.transport.records import FULL, RESYNC, Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
 from sgcs.transport.params import Params
 from sgcs.transport.reliable import ReliableStream
 
-from _memnet import Datagram, MemoryNetwork
+from _memnet import Datagram, MemoryNetwork, losing
 
 PARAMS = Params(fragment_size=16, window_max=256)
 
@@ -199,19 +199,47 @@ def test_a_message_is_stable_everywhere_within_log2_n_rounds(in_step: bool) -> N
     assert digests <= math.ceil(math.log2(n)), digests  # at most one per level per round
 
 
-def test_unchanged_stability_levels_are_not_sent_again() -> None:
+def test_stability_digests_carry_only_changed_floors_numbered_per_level() -> None:
     members = tuple(range(100))
+    tag = roster_of(members).tag
     stream = ReliableStream(3, members, Params(gossip_interval=0.1, max_members=4_096),
                             random.Random(1), 0.0)
     stream.send(b"x", 0.0)
     rounds = []
     for round_ in range(1, 4):
         digests = [o for o in stream.on_timeout(round_ * 0.1 + 0.1) if isinstance(o, OutDigest)]
-        rounds.append(sorted((d.aggregate.level, bool(d.entries)) for d in digests))
-    assert len(rounds[0]) == 7  # all 7 levels are news at first; one carries the repair entries
-    assert sum(repair for _, repair in rounds[0]) == 1
-    assert [len(r) for r in rounds[1:]] == [1, 1]  # then only the round's own level, with its repair entries
-    assert all(repair for r in rounds[1:] for _, repair in r)
+        rounds.append({d.aggregate.level: d for d in digests})
+    first = rounds[0]
+    assert sorted(first) == list(range(7))  # a new view: every level's first digest lists everything
+    assert all(d.aggregate.flags == FULL and d.aggregate.seq == 1 for d in first.values())
+    assert first[0].aggregate.floors == ((3, 1),) and first[6].aggregate.floors == ((3, 0),)
+    assert all(d.entries == ((3, 1),) for d in first.values())  # repair: how far we hold the stream
+    for round_, later in enumerate(rounds[1:], start=2):
+        (level,) = later  # then only the round's own level: nothing changed, so nothing listed
+        assert later[level].aggregate.flags == 0 and later[level].aggregate.floors == ()
+        assert later[level].aggregate.seq == 2, "numbered per level: its partner sees none missing"
+    # our level-0 predecessor (member 2) holds it: our floor at level 1 rises, and only that goes out
+    assert stream.on_digest(2, (), 0.45, Aggregate(0, tag, ((3, 1),), 0, 1, FULL)) == []
+    (news,) = [o for o in stream.on_timeout(0.5) if isinstance(o, OutDigest) and o.aggregate.floors]
+    assert (news.dst, news.aggregate.level, news.aggregate.floors) == (5, 1, ((3, 1),))
+
+
+def test_a_missed_stability_delta_is_answered_by_a_full_digest() -> None:
+    members = tuple(range(100))
+    tag = roster_of(members).tag
+    params = Params(gossip_interval=0.1, max_members=4_096)
+    sender, partner = (ReliableStream(me, members, params, random.Random(me), 0.0) for me in (3, 5))
+    sender.send(b"x", 0.0)
+    assert partner.on_digest(3, (), 0.1, Aggregate(1, tag, (), 0, 1, FULL)) == []
+    assert partner.on_digest(3, (), 0.2, Aggregate(1, tag, (), 0, 2)) == []  # in step
+    (ask,) = partner.on_digest(3, (), 0.3, Aggregate(1, tag, (), 0, 4))  # number 3 was lost
+    assert (ask.dst, ask.aggregate.level, ask.aggregate.flags) == (3, 1, RESYNC)
+    (full,) = sender.on_digest(5, ask.entries, 0.3, ask.aggregate)
+    assert (full.dst, full.aggregate.level, full.aggregate.flags) == (5, 1, FULL)
+    assert full.aggregate.floors == ((3, 0),) and full.entries == ((3, 1),)
+    (pull,) = partner.on_digest(3, full.entries, 0.3, full.aggregate)  # in step again: no request
+    assert isinstance(pull, OutNack) and pull.pull, "and the repair entry shows what it lacks"
+    assert sender.on_digest(7, ask.entries, 0.3, ask.aggregate) == [], "only our partner of that level may ask"
 
 
 def test_a_stability_announcement_of_our_roster_is_taken_and_a_lagging_one_answered() -> None:
@@ -258,3 +286,69 @@ def test_the_promise_floor_is_the_least_clock_any_member_vouches_for() -> None:
     assert stream.promise_floor() == 8
     stream.on_digest(2, (), 0.2, Aggregate(1, tag, (), 12))
     assert stream.promise_floor() == 9, "our own unstable message (timestamp 10) holds our word at 9"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_stability_all_reduce_drains_every_buffer_through_loss(seed: int) -> None:
+    """80 members (above ``ACK_MATRIX_MAX``: stability comes from the gossiped
+    all-reduce alone, in deltas) lose 5 % of all datagrams while ten of them
+    send; once the loss stops, every member delivers everything once and
+    every buffer empties: a lost delta is noticed by its number and answered
+    by a full digest, or stability would stall for good."""
+    rng = random.Random(seed)
+    members = tuple(range(80))
+    params = Params(gossip_interval=0.05, max_members=4_096)
+    net = StreamNetwork({i: Peer(ReliableStream(i, members, params, random.Random(rng.random()), 0.0))
+                         for i in members})
+    net.tap = losing(lambda _: rng.random() < 0.05)
+    sent = []
+    for step in range(10):
+        sender = rng.choice(members)
+        seq, outputs = net.nodes[sender].stream.send(b"m%d" % step, net.now)
+        sent.append((sender, seq))
+        net.nodes[sender].delivered.append((sender, seq, b"m%d" % step))
+        net.submit(sender, outputs)
+        net.run_events(net.now + 0.3, latency=0.001)
+    net.tap = None
+    net.run_events(net.now + 30.0, latency=0.001)
+    replay = f"replay: pytest 'tests/test_transport_reliable.py::test_the_stability_all_reduce_drains_every_buffer_through_loss[{seed}]'"
+    for node, peer in net.nodes.items():
+        assert sorted((s, q) for s, q, _ in peer.delivered) == sorted(sent), f"node {node} misses messages; {replay}"
+        assert peer.stream.window() == 0, f"node {node} still buffers unstable records; {replay}"
+        assert peer.next_deadline() is None, f"node {node} still gossips; {replay}"
+
+
+@settings(max_examples=400, deadline=None)
+@given(depth=st.integers(1, 8), data=st.data())
+def test_changed_floor_levels_are_exactly_those_whose_floor_moved(depth: int, data: st.DataObject) -> None:
+    """``_note_floors`` marks a level for its next digest in one pass over the
+    inputs; it must mark exactly the levels whose floor (``_floor_at``) differs
+    from before the change, whatever moved: how far we hold the sender, its
+    stable prefix, or one predecessor's value."""
+    members = tuple(range(1 << depth))
+    stream = ReliableStream(0, members, Params(max_members=4_096), random.Random(1), 0.0)
+    values = st.integers(0, 6)
+    sender = 1
+    inbound = stream._inbound_of(sender)
+    inbound.contig = data.draw(values)
+    stream._stable[sender] = data.draw(values)
+    if data.draw(st.booleans()):
+        stream._levels[sender] = data.draw(st.lists(values, min_size=depth, max_size=depth))
+    before = [stream._floor_at(sender, level) for level in range(depth)]
+    contig_before, low_before = inbound.contig, stream._stable[sender]
+    what = data.draw(st.sampled_from(["contig", "low", "level"]))
+    level, value_before = -1, 0
+    if what == "contig":
+        inbound.contig += data.draw(st.integers(0, 3))
+    elif what == "low":
+        stream._stable[sender] += data.draw(st.integers(0, 3))
+    else:
+        level = data.draw(st.integers(0, depth - 1))
+        row = stream._levels.setdefault(sender, [0] * depth)
+        value_before = row[level]
+        row[level] += data.draw(st.integers(0, 3))
+    after = [stream._floor_at(sender, k) for k in range(depth)]
+    stream._unsent.clear()
+    stream._note_floors(sender, contig_before, low_before, level, value_before)
+    expected = sum(1 << k for k in range(depth) if before[k] != after[k])
+    assert stream._unsent.get(sender, 0) == expected, (before, after)

@@ -105,6 +105,20 @@ class Aggregate:
     """Ordered groups whose promises go by gossip: the lowest clock the
     2**level members vouch for (every message at or below it, anywhere, is
     stable); 0: none."""
+    seq: int = 0
+    """Number of this digest among those to the same level's partner, modulo
+    2**16: ``floors`` lists only what changed since the previous one, so a
+    receiver that sees a number skipped asks for everything (``RESYNC``)."""
+    flags: int = 0
+    """``FULL``: every sender we gossip, not only the changed ones; ``RESYNC``:
+    a request for a ``FULL`` digest of ``level`` (sent to the predecessor)."""
+
+
+FULL = 1
+"""Aggregate flag: the floors of every sender gossiped, not a delta."""
+RESYNC = 2
+"""Aggregate flag: the successor of this level missed a delta; send it a full digest."""
+SEQ_MODULUS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,19 @@ cover the view, and that minimum is the stable prefix: every buffer drops it.
 Numbers only grow and stored values are older, so the result is a lower
 bound: never too early, only late. Values are merged only between members
 with the same roster (hash of the member list), so a view change restarts
-the aggregation. A member keeps gossiping a sender for one more cycle after
-its prefix last became stable, so the members after it learn it too. A
+the aggregation.
+
+**Deltas.** A digest to the partner of level k lists only the senders whose
+floor at level k changed since the previous digest there, with how far we
+hold each (the repair entries): a value is sent about once per level, not
+once per round for as long as it is unstable (a member of a 10,000-member
+group holds hundreds of streams unstable, and listing them all twice a
+round was half of a simulation's time). Digests are numbered per level; a
+partner that sees a number skipped (a lost digest) asks (``RESYNC``) and
+gets a full digest, every sender with its floor, as after a view change.
+A sender's stability state retires once its last changes went out; the
+round's own level keeps going out, even empty, while anything is unstable
+or lately stable, so a partner notices a lost last change. A
 stable prefix is told directly (``OutStable``) only within one roster: to
 a predecessor whose floors lag what we know stable, or to a member that
 asks because its own messages stayed unstable for two cycles; computed over
@@ -79,8 +90,8 @@ from dataclasses import dataclass
 from ..membership.roster import Roster, roster_of
 from .params import Params
 from .reassembly import Reassembly
-from .records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, Message, Out, OutDigest, OutNack, OutNull,
-                      OutRecords, OutStable, Range, Record)
+from .records import (EPOCH_SHIFT, FULL, MORE_FRAGMENTS, OPTIMISTIC, RESYNC, SEQ_MODULUS, Ack, Aggregate, Message, Out,
+                      OutDigest, OutNack, OutNull, OutRecords, OutStable, Range, Record)
 
 
 AGGREGATE_MAX = 1_024
@@ -228,19 +239,26 @@ class ReliableStream:
         stream at N = 10,000 were the largest part of its memory)."""
         self._others_floor: dict[int, int] = {}
         """Per sender, the minimum over all levels: what the others are known to hold."""
-        self._sent_floors: list[int] = []
-        """Per level, the hash of the floors we last sent there (unchanged ones
-        are not sent again). A hash, not the row: rows of every unstable sender
-        at every level were 2 GB at 10,000 nodes. A collision (odds 2**-64)
-        only holds an extra level back until its own round, which always sends."""
+        self._unsent: dict[int, int] = {}
+        """Sender -> bit mask of the levels whose floor of it changed since we
+        last sent that level: a digest carries only those (a delta). Kept as
+        changes happen (``_note_floors``), never by keeping the rows we sent:
+        rows of every unstable sender at every level were 2 GB at 10,000 nodes."""
+        self._full_due = 0
+        """Levels whose next digest must list every sender (a new view, or the
+        partner asked: ``RESYNC``)."""
+        self._sent_seq: list[int] = []
+        """Per level, the number of the last digest sent there."""
+        self._heard_seq: list[int] = []
+        """Per level, the number of the last digest heard from that level's
+        predecessor in sequence; -1: out of step, the next one asks for a full."""
+        self._emptied: set[int] = set()
+        """Senders all stable here whose stability state may retire once their
+        last changed floors went out (``_retire_quiet_senders``)."""
         self._acked: dict[int, dict[int, int]] | None = None
         """Small views (``ACK_MATRIX_MAX``): per member, per sender, the highest
         number that member ACKed (or, for its own stream, sent). The paper's
         direct stability: stable once every member ACKed. None in larger views."""
-        self._linger: dict[int, int] = {}
-        """Sender -> bit mask of the gossip levels not yet sent since its prefix
-        last became stable here: it stays in our digests until each level went
-        out once, so every member that depends on the all-reduce learns it."""
         self._holders: dict[int, tuple[int, int]] = {}
         """Per sender, the member last known to hold most of its stream, and how
         far: a NACK target besides the sender (one per stream keeps this O(senders))."""
@@ -285,7 +303,10 @@ class ReliableStream:
         self._null_delay = min(self.params.ack_interval, self.params.promise_spacing * n)
         self._depth = math.ceil(math.log2(n)) if n > 1 else 0
         self._levels = {}
-        self._sent_floors = [hash(((), ()))] * self._depth
+        self._unsent = {}
+        self._full_due = (1 << self._depth) - 1  # the partners start afresh too
+        self._sent_seq = [0] * self._depth
+        self._heard_seq = [-1] * self._depth
         self._clock_levels = [0] * self._depth
         self._sent_clocks = [0] * self._depth
         self._known_stable = {}
@@ -339,6 +360,7 @@ class ReliableStream:
         size = self.params.fragment_size
         pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
         first = self._next_seq
+        contig_before = self._next_seq - 1
         records = []
         for i, piece in enumerate(pieces):
             acks = self._take_acks(self.max_acks) if i == 0 else ()
@@ -353,6 +375,7 @@ class ReliableStream:
             self._next_seq += 1
         for record in records:
             self._buffer(record)
+        self._note_floors(self.me, contig_before, self._stable.get(self.me, 0))
         if clock:
             self._own_clocks.append((self._next_seq - 1, clock))
         self._gc_due = self._gc_due or not self._depth  # alone: stable at once
@@ -381,15 +404,19 @@ class ReliableStream:
         runs once per datagram, not once per record: a bundle holds dozens."""
         delivered: list[Message] = []
         touched: dict[int, _Inbound] = {}
+        before: dict[int, int] = {}  # sender -> how far we held it
         index, me = self._index, self.me
         for record in records:
             sender = record.sender
             if sender == me or sender not in index:
                 continue
+            if sender not in before:
+                before[sender] = self._contig_of(sender)
             inbound = self._accept(record, kind, delivered, now)
             if inbound is not None:
                 touched[sender] = inbound
         for sender, inbound in touched.items():
+            self._note_floors(sender, before[sender], self._stable.get(sender, 0))
             self._settle(sender, inbound, now)
         return delivered
 
@@ -579,9 +606,14 @@ class ReliableStream:
     # ------------------------------------------------------------------ PSRM gossip
 
     def _digest_senders(self) -> list[int]:
-        """Streams with records not yet stable here, or stable only lately."""
-        held = {s for s, stored in self._store.items() if stored and s in self._index}
-        return sorted(held.union(s for s in self._linger if s in self._index))[:AGGREGATE_MAX]
+        """What a full digest lists: streams with records not yet stable here,
+        with floors not yet sent, or stable lately (what we know of those
+        answers a partner that missed their last change)."""
+        index = self._index
+        listed = {s for s in self._store if s in index}
+        listed.update(s for s in self._unsent if s in index)
+        listed.update(s for s in self._known_stable if s in index)
+        return sorted(listed)[:AGGREGATE_MAX]
 
     def received_vector(self) -> tuple[Ack, ...]:
         """How far we hold each member's stream (our own included): a full ACK."""
@@ -603,9 +635,11 @@ class ReliableStream:
             return []
         out: list[Out] = []
         if aggregate is not None:
-            lagging = self._merge_aggregate(src, aggregate)
+            lagging, reply = self._merge_aggregate(src, aggregate)
             if lagging and self._roster is not None:
                 out.append(OutStable(src, self._roster.tag, lagging))
+            if reply is not None:
+                out.append(reply)
         budget = self.params.push_budget
         pushed: list[Record] = []
         self._collect_garbage()
@@ -632,37 +666,62 @@ class ReliableStream:
             out.append(OutRecords(src, tuple(pushed), "gossip"))
         return out
 
-    def _merge_aggregate(self, src: int, aggregate: Aggregate) -> tuple[Ack, ...]:
+    def _merge_aggregate(self, src: int, aggregate: Aggregate) -> tuple[tuple[Ack, ...], OutDigest | None]:
         """Keep the floors of our level-k predecessor (same roster only).
         Returns the floors it sent below what we know stable: it lags (an
         update of its own predecessor was lost, and that member has since
-        retired the sender), and ``on_digest`` tells it."""
+        retired the sender), and ``on_digest`` tells it. Also returns our
+        answer: a request for a full digest when a delta went missing, or the
+        full digest our level-k successor asked for."""
         k, n = aggregate.level, len(self.members)
         if self._roster is None or aggregate.roster != self._roster.tag or k >= self._depth:
-            return ()
+            return (), None
+        if aggregate.flags & RESYNC:
+            if self.members[(self._position + (1 << k)) % n] != src:
+                return (), None
+            self._full_due |= 1 << k
+            return (), self._level_digest(k, self._clock_floors()[k] if self.promise_gossip else 0)
         if self.members[(self._position - (1 << k)) % n] != src:
-            return ()  # not the member whose window ends just before ours
+            return (), None  # not the member whose window ends just before ours
+        reply = None
+        if not self._in_sequence(k, aggregate):
+            reply = OutDigest(src, (), Aggregate(k, self._roster.tag, (), 0, 0, RESYNC))
         if aggregate.clock > self._clock_levels[k]:
             self._clock_levels[k] = aggregate.clock
-        levels, store, linger, others_floor = self._levels, self._store, self._linger, self._others_floor
+        levels, store, unsent, others_floor = self._levels, self._store, self._unsent, self._others_floor
         known, lagging = self._known_stable, []
         for sender, floor in aggregate.floors:
             if known.get(sender, 0) > floor:
                 lagging.append((sender, known[sender]))
-            # only streams we hold unstable records of (or linger on) keep state
             row = levels.get(sender)
             before = row[k] if row is not None else 0
-            if floor > before and (store.get(sender) or sender in linger):
+            # a floor is news only for a stream we hold unstable (or have not
+            # received yet: the delta will not come again), or whose changes
+            # we still have to pass on
+            if floor > before and (store.get(sender) or sender in unsent or self._contig_of(sender) < floor):
                 if row is None:
                     row = levels[sender] = [0] * self._depth
                 row[k] = floor
+                self._note_floors(sender, self._contig_of(sender), self._stable.get(sender, 0), k, before)
                 if before > others_floor.get(sender, 0):
                     continue  # another level holds the minimum: it did not move
                 others = min(row)
                 if others > others_floor.get(sender, 0):
                     others_floor[sender] = others
                     self._gc_senders.add(sender)
-        return tuple(lagging)
+        return tuple(lagging), reply
+
+    def _in_sequence(self, level: int, aggregate: Aggregate) -> bool:
+        """Whether the deltas of ``level`` arrived without a gap. A full digest
+        puts us back in step; out of step, each delta asks for one."""
+        heard, seq = self._heard_seq[level], aggregate.seq
+        if aggregate.flags & FULL or heard >= 0 and seq == (heard + 1) % SEQ_MODULUS:
+            self._heard_seq[level] = seq
+            return True
+        if heard >= 0 and seq == heard:
+            return True  # a duplicate: its floors are old news, merged harmlessly
+        self._heard_seq[level] = -1
+        return False
 
     def on_stable(self, src: int, roster: int, entries: tuple[Ack, ...]) -> list[Out]:
         """``src`` knows every member of roster ``roster`` holds these prefixes.
@@ -671,14 +730,14 @@ class ReliableStream:
         messages stayed unstable for two cycles, ``_ask_if_stuck``), or lags."""
         if self._roster is None or roster != self._roster.tag or src not in self._index:
             return []
-        store, linger, others_floor, known = self._store, self._linger, self._others_floor, self._known_stable
+        store, unsent, others_floor, known = self._store, self._unsent, self._others_floor, self._known_stable
         better: list[Ack] = []
         for sender, high in entries:
             if sender not in self._index:
                 continue
             if known.get(sender, 0) > high:
                 better.append((sender, known[sender]))
-            elif high > others_floor.get(sender, 0) and (store.get(sender) or sender in linger):
+            elif high > others_floor.get(sender, 0) and (store.get(sender) or sender in unsent):
                 others_floor[sender] = high
                 self._gc_senders.add(sender)
         return [OutStable(src, roster, tuple(better))] if better else []
@@ -687,7 +746,7 @@ class ReliableStream:
         """Promises by gossip: our oldest own message unstable for two cycles
         of levels, though every member holds it, means a predecessor's last
         update of our stream was lost and it has since retired that stream
-        (it lingers one cycle). Our promise clock, hence every member's
+        (and a full digest no longer lists it). Our promise clock, hence every member's
         delivery, waits on it: ask our predecessors what they know."""
         own = self._own_clocks
         if not own or self._roster is None:
@@ -728,25 +787,29 @@ class ReliableStream:
 
     def _gossip(self, now: float) -> list[Out]:
         """This round's digest, to the hypercube target of level k = round mod
-        depth, with the repair entries; and, aggregate only, every other level
-        whose floors changed since we last sent it (its inputs, our own
-        numbers or the level below, rose). The round is our own count:
-        members share no clock (``now`` is local to each node), so their
-        cycles through the levels are out of phase, and a value that waited
-        for our cycle to reach its next level waited up to a whole cycle at
-        every level: 27 rounds instead of 7 at N = 128, members started
-        together (``benchmarks/stability_rounds.py``). Sent as soon as it
-        changes, a value climbs one level per round: ceil(log2 N) rounds in
+        depth; and every other level whose floors changed since we last sent
+        it (its inputs, our own numbers or the level below, rose). The round
+        is our own count: members share no clock (``now`` is local to each
+        node), so their cycles through the levels are out of phase, and a
+        value that waited for our cycle to reach its next level waited up to a
+        whole cycle at every level: 27 rounds instead of 7 at N = 128, members
+        started together (``benchmarks/stability_rounds.py``). Sent as soon as
+        it changes, a value climbs one level per round: ceil(log2 N) rounds in
         all (5.5 at N = 128), for up to ceil(log2 N) digests per member per
-        round under load. ``stability_extra_levels`` caps the changed levels sent
-        besides the round's own, lowest first: with 1, about 1.5 ceil(log2 N)
-        rounds (11.5 at N = 128, 14.5 at 1,024) for about 2 digests per
-        member per round. Views small enough for the ACK matrix
+        round under load. ``stability_extra_levels`` caps the changed levels
+        sent besides the round's own, lowest first: with 1, about 1.5
+        ceil(log2 N) rounds (11.5 at N = 128, 14.5 at 1,024) for about 2
+        digests per member per round. Views small enough for the ACK matrix
         (``ACK_MATRIX_MAX``) keep one digest per round: the ACKs make their
-        messages stable sooner than any gossip."""
+        messages stable sooner than any gossip.
+
+        A digest lists only the senders whose floor at its level changed
+        (``_unsent``), so its size follows the news, not the hundreds of
+        streams a member of a large group holds unstable. The round's own
+        level goes out while anything is unstable or lately stable even when
+        nothing changed: its number tells the partner whether it missed one."""
         self._collect_garbage()
         self._retire_quiet_senders()
-        senders = self._digest_senders()
         if not self._depth:
             return []
         depth = self._depth
@@ -754,42 +817,53 @@ class ReliableStream:
         asks = self._ask_if_stuck(depth) if self.promise_gossip else []
         clocks = self._clock_floors() if self.promise_gossip else [0] * depth
         refresh = self.promise_gossip and self._round % 4 == 0  # a lost clock update is sent again
-        if not senders and not refresh and clocks == self._sent_clocks:
+        active = bool(self._store or self._unsent or self._retired)
+        if not active and not refresh and clocks == self._sent_clocks:
             return asks
-        # Every level may have changed: each depends on our own numbers, which
-        # rise at any time, and on the levels below it. Rows are computed
-        # level by level, and no further than needed: past the round's own
-        # level with no extra level left to send, the rest can wait.
         # small views learn stability from the ACKs: one level per round (promise clocks climb by gossip only)
         direct = self._acked is not None and not self.promise_gossip
-        assert self._roster is not None
-        tag, linger = self._roster.tag, self._linger
         extras = self.params.stability_extra_levels  # the lowest changed levels first: a value climbs from level 0
+        pending = self._full_due if active else 0
+        for mask in self._unsent.values():
+            pending |= mask
         out: list[Out] = asks
-        listed = tuple(senders)
-        for level, values in enumerate(self._floor_rows(senders)):
-            if level > k and (direct or extras == 0):
-                break
-            floors_hash = hash((listed, values))  # pairs are built only for the levels that go out
-            changed = floors_hash != self._sent_floors[level] or clocks[level] != self._sent_clocks[level]
-            if level != k and (direct or not changed) or level == k and not (senders or refresh or changed):
-                continue
-            if level != k:
-                if extras == 0:
+        for level in range(depth):
+            changed = pending >> level & 1 or clocks[level] != self._sent_clocks[level]
+            if level == k:
+                if not (active or refresh or changed):
                     continue
+            elif direct or extras == 0 or not changed:
+                continue
+            else:
                 extras -= 1
-            self._sent_floors[level] = floors_hash
-            self._sent_clocks[level] = clocks[level]
-            for sender in senders:
-                if sender in linger:
-                    linger[sender] &= ~(1 << level)
-            # repair lists the same senders: a rotating subset delayed the repair of a
-            # lost first message by seconds at N = 1,000 (hundreds of senders unstable)
-            repair = level == k and self.params.gossip_enabled
-            entries = tuple((s, self._contig_of(s)) for s in senders) if repair else ()
-            target = self.members[(self._position + (1 << level)) % len(self.members)]
-            out.append(OutDigest(target, entries, Aggregate(level, tag, tuple(zip(listed, values)), clocks[level])))
+            out.append(self._level_digest(level, clocks[level]))
         return out
+
+    def _level_digest(self, level: int, clock: int) -> OutDigest:
+        """The next digest to our partner of ``level``: the senders whose floor
+        there changed (all of them when a full one is due), each with its
+        floor and, for repair, how far we hold it."""
+        bit = 1 << level
+        unsent = self._unsent
+        full = bool(self._full_due & bit)
+        if full:
+            self._full_due &= ~bit
+            senders = self._digest_senders()
+        else:
+            senders = sorted(s for s, mask in unsent.items() if mask & bit and s in self._index)
+        for sender in senders:
+            mask = unsent.get(sender, 0) & ~bit
+            if mask:
+                unsent[sender] = mask
+            else:
+                unsent.pop(sender, None)
+        floors = tuple([(sender, self._floor_at(sender, level)) for sender in senders])
+        entries = tuple([(s, self._contig_of(s)) for s in senders]) if self.params.gossip_enabled else ()
+        seq = self._sent_seq[level] = (self._sent_seq[level] + 1) % SEQ_MODULUS
+        self._sent_clocks[level] = clock
+        assert self._roster is not None
+        target = self.members[(self._position + bit) % len(self.members)]
+        return OutDigest(target, entries, Aggregate(level, self._roster.tag, floors, clock, seq, FULL if full else 0))
 
     def _promise_clock(self) -> int:
         """What we vouch for: our later messages carry larger timestamps, and
@@ -812,33 +886,66 @@ class ReliableStream:
         has been heard)."""
         return min(self._promise_clock(), *self._clock_levels) if self._clock_levels else self._promise_clock()
 
-    def _floor_rows(self, senders: list[int]) -> Iterator[tuple[int, ...]]:
-        """Level by level, the floors of ``senders`` (in their order): the
-        lowest number held by the 2**level members ending at us. Our stable
-        prefix bounds each from below: every member of the view holds that
-        much. (A member that learnt stability from the ACK matrix, before the
-        all-reduce completed, must still pass it on: the others may depend on
-        the gossip alone.)"""
-        stable, levels = self._stable, self._levels
-        lows = [stable.get(sender, 0) for sender in senders]
-        running = [self._contig_of(sender) for sender in senders]
-        rows = [levels.get(sender) for sender in senders]
-        for level in range(self._depth):
-            if level:
-                running = [min(r, row[level - 1]) if row is not None else 0 for r, row in zip(running, rows)]
-            yield tuple([r if r > low else low for r, low in zip(running, lows)])
+    def _floor_at(self, sender: int, level: int) -> int:
+        """The floor of ``sender`` at ``level``: the lowest number held by the
+        2**level members ending at us. Our stable prefix bounds it from below:
+        every member of the view holds that much. (A member that learnt
+        stability from the ACK matrix, before the all-reduce completed, must
+        still pass it on: the others may depend on the gossip alone.)"""
+        low, running = self._stable.get(sender, 0), self._contig_of(sender)
+        if level:
+            row = self._levels.get(sender)
+            if row is None:
+                running = 0
+            else:
+                for k in range(level):
+                    value = row[k]
+                    if value < running:
+                        running = value
+        return running if running > low else low
+
+    def _note_floors(self, sender: int, contig_before: int, low_before: int, level: int = -1,
+                     value_before: int = 0) -> None:
+        """Some input of ``sender``'s floors moved: how far we hold it (from
+        ``contig_before``), its stable prefix (from ``low_before``) or, at
+        ``level``, the value our predecessor there gave (from
+        ``value_before``). Mark each level whose floor changed, for its next
+        digest. One pass computes the floors before and after side by side."""
+        depth = self._depth
+        if not depth:
+            return  # alone: no partner to tell
+        row = self._levels.get(sender)
+        low = self._stable.get(sender, 0)
+        old_running, new_running = contig_before, self._contig_of(sender)
+        mask = 0
+        for k in range(depth):
+            if k:
+                if row is None:
+                    old_running = new_running = 0
+                else:
+                    value = row[k - 1]
+                    old_value = value_before if k - 1 == level else value
+                    old_running = old_running if old_running < old_value else old_value
+                    new_running = new_running if new_running < value else value
+                if old_running == new_running and low == low_before and k > level:
+                    break  # the inputs left are the same: so are the floors
+            old = old_running if old_running > low_before else low_before
+            new = new_running if new_running > low else low
+            if old != new:
+                mask |= 1 << k
+        if mask:
+            self._unsent[sender] = self._unsent.get(sender, 0) | mask
 
     def _retire_quiet_senders(self) -> None:
-        """A sender all stable here, whose lingering is over (every level sent
-        once since), needs no stability state: 10,000 members each keeping it
-        for every sender they ever heard would grow without bound. Its next
-        record aggregates afresh. (Lingering ends when every level went out
-        once, not after a count of rounds: a member depending on the gossip
-        was once left without the last level.)"""
-        levels = (1 << self._depth) - 1
-        done = [s for s, pending in self._linger.items() if not pending & levels and not self._store.get(s)]
+        """A sender all stable here, whose changed floors all went out since,
+        needs no stability state: 10,000 members each keeping it for every
+        sender they ever heard would grow without bound. Its next record
+        aggregates afresh. (Retiring waits for the changes to go out, not for
+        a count of rounds: a member depending on the gossip was once left
+        without the last level.)"""
+        done = [s for s in self._emptied if s not in self._unsent and not self._store.get(s)]
         for sender in done:
-            del self._linger[sender]
+            self._emptied.discard(sender)
             self._others_floor.pop(sender, None)
             self._holders.pop(sender, None)
             self._levels.pop(sender, None)
@@ -854,7 +961,7 @@ class ReliableStream:
             if since > horizon:
                 break
             del self._retired[sender]
-            if not self._store.get(sender) and sender not in self._linger:
+            if not self._store.get(sender) and sender not in self._unsent:
                 self._known_stable.pop(sender, None)
                 self._stable.pop(sender, None)
 
@@ -864,8 +971,8 @@ class ReliableStream:
 
     def next_deadline(self) -> float | None:
         deadlines = [i.nack_at for i in self._nacking.values() if i.nack_at is not None]
-        if self._buffered or self._linger or self.promise_gossip:
-            deadlines.append(self._next_gossip)
+        if self._buffered or self._unsent or self._retired or self.promise_gossip:
+            deadlines.append(self._next_gossip)  # lately retired: the partners see every digest number
         if self._ack_at is not None:
             deadlines.append(self._ack_at)
         deadlines += [i.reassembly.deadline for i in self._reassembling.values()
@@ -903,7 +1010,7 @@ class ReliableStream:
                     if seq <= stable and stored.pop(seq, None) is not None:
                         self._buffered -= 1
                 self._stable[sender] = stable
-                self._linger[sender] = (1 << self._depth) - 1
+                self._note_floors(sender, self._contig_of(sender), previous)
                 if sender == self.me:
                     own = self._own_clocks
                     while own and own[0][0] <= stable:
@@ -911,6 +1018,7 @@ class ReliableStream:
                 if not stored:
                     self._holders.pop(sender, None)  # nothing left to NACK for
                     del self._store[sender]  # an emptied dict keeps its table: 400 B for every sender ever heard
+                    self._emptied.add(sender)
 
     def _floor(self, sender: int) -> int:
         """The highest number every member of the view is known to hold."""
@@ -955,7 +1063,8 @@ class ReliableStream:
         self._reassembling.pop(sender, None)
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
-        self._linger.pop(sender, None)
+        self._unsent.pop(sender, None)
+        self._emptied.discard(sender)
         self._others_floor.pop(sender, None)  # the minimum of the levels, kept exact (``_merge_aggregate``)
         self._levels.pop(sender, None)
         self._holders.pop(sender, None)

@@ -202,8 +202,8 @@ def _decoder_targets() -> dict[str, DecoderTarget]:
         "decode_stable_untrusted": DecoderTarget(_one("decode_stable_untrusted"), (
             wire.encode_stable(TAG, 7, ((1, 5), (3, 2))),)),
         "decode_digest_untrusted": DecoderTarget(_one("decode_digest_untrusted"), (
-            wire.encode_digest(TAG, ((1, 5),), None), wire.encode_digest(TAG, ((1, 5),), (2, 3, ((2, 1),), 0)),
-            wire.encode_digest(TAG, ((1, 5),), (2, 3, ((2, 1),), 17)))),
+            wire.encode_digest(TAG, ((1, 5),), None), wire.encode_digest(TAG, ((1, 5),), (2, 3, ((2, 1),), 0, 4, 0)),
+            wire.encode_digest(TAG, ((1, 5),), (2, 3, ((2, 1),), 17, 65_535, 1)))),
         "decode_unicast_untrusted": DecoderTarget(_one("decode_unicast_untrusted"), (
             wire.encode_unicast(1, TAG, _seed_records()),)),
         "decode_heartbeat_untrusted": DecoderTarget(_one("decode_heartbeat_untrusted"), (hb,)),
@@ -345,7 +345,8 @@ def _structured(r: Reader, h: Harness) -> tuple[int, int, int, bytes]:
         ranges = tuple((min(a, b), max(a, b)) for a, b in ((r.int(63), r.int(63)) for _ in range(r.byte() % 4)))
         body = wire.encode_nack(r.tag(), r.member(), ranges, bool(r.byte() & 1))
     elif msg_type is MsgType.DIGEST:
-        aggregate = (r.byte() % 64, r.int(32), r.entries(), r.int(63) if r.byte() & 1 else 0) if r.byte() & 1 else None
+        aggregate = (r.byte() % 64, r.int(32), r.entries(), r.int(63) if r.byte() & 1 else 0, r.int(16), r.byte() % 4) \
+            if r.byte() & 1 else None
         body = wire.encode_digest(r.tag(), r.entries(), aggregate)
     elif msg_type is MsgType.NULL:
         body = wire.encode_null(r.tag(), r.entries(), r.int(63) if r.byte() & 1 else 0)
