@@ -212,6 +212,7 @@ class Node:
                            first_seq=first_seq, incarnation=self.incarnation)
         self._groups[group] = state
         self._by_tag[state.tag] = state
+        state.stream.follow_rounds(self.detector.next_round, now)
         out: list[Action] = []
         self._trace(out, "join", group=group)
         self._install(out, state, View(-1, ()), state.view)
@@ -332,6 +333,7 @@ class Node:
         """Run every timer that is due at ``now``."""
         out: list[Action] = []
         self._on_detector(out, self.detector.on_timeout(now), now)
+        next_round = self.detector.next_round
         for state in list(self._groups.values()):
             if state.flush_at is not None and state.flush_at <= now:
                 self._flush(out, state, now)
@@ -339,6 +341,7 @@ class Node:
                 self._beacon(out, state, None)
             self._route(out, state, state.on_timeout(now))
             self._drain(out, state, now)
+            state.stream.follow_rounds(next_round, now)
         return out
 
     def handle_unreachable(self, address: Address, now: float) -> list[Action]:

@@ -377,6 +377,11 @@ class FailureDetector:
                 out += self._advance(member, confirmation, now)
         return out
 
+    @property
+    def next_round(self) -> float:
+        """When the next gossip round is due."""
+        return self._next_round
+
     def next_deadline(self) -> float | None:
         if len(self.ids) < 2:
             return None

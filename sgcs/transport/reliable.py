@@ -785,6 +785,14 @@ class ReliableStream:
         self._collect_garbage()
         return out
 
+    def follow_rounds(self, at: float, now: float) -> None:
+        """Hold our next gossip round at ``at``, the node's failure-detector
+        round, when that is due within one interval: one timer for both, not
+        two (a timer event per node per round was a tenth of a large
+        simulation's events). A stream on its own keeps its own phase."""
+        if now < at <= now + self.params.gossip_interval:
+            self._next_gossip = at
+
     def _gossip(self, now: float) -> list[Out]:
         """This round's digest, to the hypercube target of level k = round mod
         depth; and every other level whose floors changed since we last sent
