@@ -352,3 +352,25 @@ def test_changed_floor_levels_are_exactly_those_whose_floor_moved(depth: int, da
     stream._note_floors(sender, contig_before, low_before, level, value_before)
     expected = sum(1 << k for k in range(depth) if before[k] != after[k])
     assert stream._unsent.get(sender, 0) == expected, (before, after)
+
+
+def test_the_levels_left_to_send_agree_with_each_senders_mask() -> None:
+    """Each level's set of senders to list next and each sender's mask of
+    levels are two views of one thing, through sends, merges, digests,
+    stability and forgetting."""
+    members = tuple(range(80))
+    rng = random.Random(5)
+    net = StreamNetwork({i: Peer(ReliableStream(i, members, Params(gossip_interval=0.05, max_members=4_096),
+                                                random.Random(i), 0.0)) for i in members})
+    net.tap = losing(lambda _: rng.random() < 0.05)
+    for step in range(12):
+        sender = rng.choice(members)
+        net.submit(sender, net.nodes[sender].stream.send(b"x", net.now)[1])
+        net.run_events(net.now + 0.2, latency=0.001)
+        for peer in net.nodes.values():
+            stream = peer.stream
+            by_level = {(s, level) for level, senders in enumerate(stream._unsent_at) for s in senders}
+            by_mask = {(s, level) for s, mask in stream._unsent.items() for level in range(stream._depth)
+                       if mask >> level & 1}
+            assert by_level == by_mask
+            assert all(stream._unsent.values()), "no sender kept with an empty mask"

@@ -244,6 +244,9 @@ class ReliableStream:
         last sent that level: a digest carries only those (a delta). Kept as
         changes happen (``_note_floors``), never by keeping the rows we sent:
         rows of every unstable sender at every level were 2 GB at 10,000 nodes."""
+        self._unsent_at: list[set[int]] = []
+        """The same, per level: the senders its next digest lists (no scan of
+        every unstable stream per digest)."""
         self._full_due = 0
         """Levels whose next digest must list every sender (a new view, or the
         partner asked: ``RESYNC``)."""
@@ -304,6 +307,7 @@ class ReliableStream:
         self._depth = math.ceil(math.log2(n)) if n > 1 else 0
         self._levels = {}
         self._unsent = {}
+        self._unsent_at = [set() for _ in range(self._depth)]
         self._full_due = (1 << self._depth) - 1  # the partners start afresh too
         self._sent_seq = [0] * self._depth
         self._heard_seq = [-1] * self._depth
@@ -832,8 +836,9 @@ class ReliableStream:
         direct = self._acked is not None and not self.promise_gossip
         extras = self.params.stability_extra_levels  # the lowest changed levels first: a value climbs from level 0
         pending = self._full_due if active else 0
-        for mask in self._unsent.values():
-            pending |= mask
+        for level, senders in enumerate(self._unsent_at):
+            if senders:
+                pending |= 1 << level
         out: list[Out] = asks
         for level in range(depth):
             changed = pending >> level & 1 or clocks[level] != self._sent_clocks[level]
@@ -852,19 +857,23 @@ class ReliableStream:
         there changed (all of them when a full one is due), each with its
         floor and, for repair, how far we hold it."""
         bit = 1 << level
-        unsent = self._unsent
+        unsent, listed = self._unsent, self._unsent_at[level]
         full = bool(self._full_due & bit)
         if full:
             self._full_due &= ~bit
             senders = self._digest_senders()
+            listed.difference_update(senders)
         else:
-            senders = sorted(s for s, mask in unsent.items() if mask & bit and s in self._index)
+            senders = sorted(listed)
+            listed.clear()
         for sender in senders:
             mask = unsent.get(sender, 0) & ~bit
             if mask:
                 unsent[sender] = mask
             else:
                 unsent.pop(sender, None)
+        if not full:
+            senders = [s for s in senders if s in self._index]
         floors = tuple([(sender, self._floor_at(sender, level)) for sender in senders])
         entries = tuple([(s, self._contig_of(s)) for s in senders]) if self.params.gossip_enabled else ()
         seq = self._sent_seq[level] = (self._sent_seq[level] + 1) % SEQ_MODULUS
@@ -943,6 +952,9 @@ class ReliableStream:
                 mask |= 1 << k
         if mask:
             self._unsent[sender] = self._unsent.get(sender, 0) | mask
+            for level, senders in enumerate(self._unsent_at):
+                if mask >> level & 1:
+                    senders.add(sender)
 
     def _retire_quiet_senders(self) -> None:
         """A sender all stable here, whose changed floors all went out since,
@@ -1071,7 +1083,9 @@ class ReliableStream:
         self._reassembling.pop(sender, None)
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
-        self._unsent.pop(sender, None)
+        if self._unsent.pop(sender, None):
+            for senders in self._unsent_at:
+                senders.discard(sender)
         self._emptied.discard(sender)
         self._others_floor.pop(sender, None)  # the minimum of the levels, kept exact (``_merge_aggregate``)
         self._levels.pop(sender, None)
