@@ -103,3 +103,16 @@ def test_timers_fire_and_a_paused_node_fires_late(tmp_path: Path, monkeypatch: p
     events = pq.read_table(tmp_path / "run" / "events").to_pandas()
     views = events[events["kind"] == "view"].groupby("node")["members"].last()
     assert all(len(members) == 6 for members in views), f"discovery completes; replay: {replay}"
+
+
+def test_event_costs_times_every_kind_of_event(capsys: pytest.CaptureFixture[str]) -> None:
+    """``benchmarks/event_costs.py`` wraps the simulator's handlers: its table
+    has a row per event type, and their counts are the run's events."""
+    from benchmarks.event_costs import main
+
+    scenario = Path(__file__).resolve().parent.parent / "simulations" / "scenarios" / "large-10k.toml"
+    assert main([str(scenario), "--nodes", "20", "--duration", "2"]) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| arrive:")
+            or line.startswith("| timer")]
+    counts = {cells[1].strip(): int(cells[2].replace(",", "")) for cells in rows}
+    assert counts["timer"] > 0 and counts["arrive:data"] > 0 and counts["arrive:heartbeat"] > 0
