@@ -99,14 +99,15 @@ _EVENT_FIELDS = ("kind", "group", "sender", "seq", "order", "view_id", "members"
 class _PartWriter:
     """Writes record batches as row groups into rotating part files."""
 
-    def __init__(self, directory: Path, schema: Any, prefix: str = "", groups_per_part: int | None = None) -> None:
+    def __init__(self, directory: Path, schema: Any, prefix: str = "", groups_per_part: int | None = None,
+                 first_part: int = 0) -> None:
         self._pa, self._pq = pyarrow_modules()
         self._dir = directory
         self._schema = schema
         self._prefix = prefix
         self._groups_per_part = ROW_GROUPS_PER_PART if groups_per_part is None else groups_per_part
         self._writer: Any = None
-        self._part = 0
+        self._part = first_part
         self._groups_in_part = 0
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -123,6 +124,15 @@ class _PartWriter:
         """Close; a run without rows still gets one (empty) part file."""
         if self._writer is None and self._part == 0:
             self.write(empty_columns)
+        self._close_part()
+
+    @property
+    def parts(self) -> int:
+        """Part files closed so far."""
+        return self._part
+
+    def cut(self) -> None:
+        """Close the current part file: what is written next starts a new one."""
         self._close_part()
 
     def _final_path(self) -> Path:
@@ -186,6 +196,12 @@ class EventsWriter:
     def close(self) -> None:
         self.flush()
         self._parts.close(self._columns())
+
+    def cut(self) -> int:
+        """Write what is buffered and close the part file; the part files closed so far."""
+        self.flush()
+        self._parts.cut()
+        return self._parts.parts
 
     def _columns(self) -> list[Any]:
         pa, schema, events = self._pa, self._schema, self._events

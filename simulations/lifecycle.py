@@ -25,6 +25,11 @@ The fault handlers, one per action (``FAULT_HANDLERS``):
 ``faultspec.check_timeline`` has already rejected faults that cannot apply, so
 a failed precondition here is a bug and raises.
 
+A simulator may own only some nodes (a worker of a parallel run): every
+handler updates the replicated state (``up``, incarnations, ``joined``,
+pauses, partitions) for every node, and calls into a ``Node`` and writes its
+trace rows only where ``sim.nodes`` holds it.
+
 The seam: these functions act on a ``Host`` (and its groups, ``HostGroup``),
 the protocols below, which name exactly the parts of the simulator a
 lifecycle change may read or write. ``simulator.Simulator`` satisfies them
@@ -82,7 +87,11 @@ class Host(Protocol):
     @property
     def groups_of(self) -> Sequence[Sequence[HostGroup]]: ...
     @property
-    def nodes(self) -> list[Node | None]: ...
+    def nodes(self) -> list[Node | None]:
+        """The Node of each node this simulator owns and that is up; None otherwise."""
+    @property
+    def up(self) -> list[bool]:
+        """Which nodes are up, owned or not."""
     @property
     def incarnation(self) -> list[int]: ...
     @property
@@ -94,8 +103,8 @@ class Host(Protocol):
     @property
     def backlog(self) -> dict[int, list[tuple[int, bytes, str, int]]]: ...
 
-    def new_node(self, node_id: int) -> Node:
-        """Start the next incarnation of ``node_id``."""
+    def new_node(self, node_id: int) -> Node | None:
+        """Start the next incarnation of ``node_id`` (its Node if owned here)."""
     def apply(self, node_id: int, actions: list[Any], now: float) -> None:
         """Carry out a node's actions, then re-arm its timer."""
     def local(self, node_id: int, t: float) -> float:
@@ -131,16 +140,18 @@ def start_run(sim: Host) -> None:
 
 def join_groups(sim: Host, node_id: int, now: float,
                 members_of: Callable[[HostGroup], tuple[int, ...] | None]) -> None:
-    node = sim.nodes[node_id]
-    if node is None:
+    if not sim.up[node_id]:
         raise RuntimeError(f"node {node_id} must be up to join its groups")
+    node = sim.nodes[node_id]
     for group in sim.groups_of[node_id]:
         members = members_of(group)
         group.joined.add(node_id)
         group.changed()
         spec = group.spec
-        sim.apply(node_id, node.join(spec.name, sim.local(node_id, now), order=spec.order, members=members), now)
-    sim.rearm(node_id, now)
+        if node is not None:
+            sim.apply(node_id, node.join(spec.name, sim.local(node_id, now), order=spec.order, members=members), now)
+    if node is not None:
+        sim.rearm(node_id, now)
 
 
 def _discover(group: HostGroup) -> None:
@@ -151,24 +162,27 @@ def _discover(group: HostGroup) -> None:
 
 def _crash(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
-        if sim.nodes[node_id] is None:
+        if not sim.up[node_id]:
             raise RuntimeError(f"crash of node {node_id}, which is not up")
+        owned = sim.nodes[node_id] is not None
         sim.nodes[node_id] = None
+        sim.up[node_id] = False
         for group in sim.groups_of[node_id]:
             group.joined.discard(node_id)
         sim.timer_at[node_id] = None
         sim.paused_until[node_id] = 0.0
         sim.backlog.pop(node_id, None)
         sim.membership_changed()
-        sim.events.add(now, node_id, TraceEvent("crash"))
+        if owned:
+            sim.events.add(now, node_id, TraceEvent("crash"))
 
 
 def _recover(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
-        if sim.nodes[node_id] is not None or sim.incarnation[node_id] < 0:
+        if sim.up[node_id] or sim.incarnation[node_id] < 0:
             raise RuntimeError(f"recover of node {node_id}, which is not crashed")
-        sim.new_node(node_id)
-        sim.events.add(now, node_id, TraceEvent("recover"))
+        if sim.new_node(node_id) is not None:
+            sim.events.add(now, node_id, TraceEvent("recover"))
         if sim.in_groups[node_id]:
             join_groups(sim, node_id, now, _discover)
         sim.membership_changed()
@@ -176,7 +190,7 @@ def _recover(sim: Host, fault: Fault, now: float) -> None:
 
 def _join(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
-        if sim.nodes[node_id] is None:
+        if not sim.up[node_id]:
             if sim.incarnation[node_id] >= 0:
                 raise RuntimeError(f"join of node {node_id}, which is crashed")
             sim.new_node(node_id)
@@ -190,19 +204,20 @@ def _join(sim: Host, fault: Fault, now: float) -> None:
 def _leave(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
         node = sim.nodes[node_id]
-        if node is None or not sim.in_groups[node_id]:
+        if not sim.up[node_id] or not sim.in_groups[node_id]:
             raise RuntimeError(f"leave of node {node_id}, which is not in its groups")
         sim.in_groups[node_id] = False
         for group in sim.groups_of[node_id]:
             if node_id in group.joined:
-                sim.apply(node_id, node.leave(group.spec.name, sim.local(node_id, now)), now)
+                if node is not None:
+                    sim.apply(node_id, node.leave(group.spec.name, sim.local(node_id, now)), now)
                 group.joined.discard(node_id)  # after the fan-out: the leave reaches the others
         sim.membership_changed()
 
 
 def _pause(sim: Host, fault: Fault, now: float) -> None:
     for node_id in fault.nodes:
-        if sim.nodes[node_id] is None:
+        if not sim.up[node_id]:
             raise RuntimeError(f"pause of node {node_id}, which is not up")
         until = now + fault.pause_for
         sim.paused_until[node_id] = until

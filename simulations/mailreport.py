@@ -31,7 +31,10 @@ the paper's reliable network does not need, are listed apart. The migration
 cost C_mgt = (D_fri + 2) C_ctl is set beside the first transmissions of
 DEREG, HOME_UPDATE and UPDATE per move, with D_fri read from each FORWARD
 (friend domains other than the new PO and the home, whose update is the
-HOME_UPDATE); a move back to the home needs no HOME_UPDATE, so the measured
+HOME_UPDATE), plus the friends the new PO learnt while the move was under way
+(a mail that reached it before the FORWARD, sent on by the old PO's
+tombstone, names a sender's domain that still has the old address: the new
+PO updates it too, so it is a friend of the move); a move back to the home needs no HOME_UPDATE, so the measured
 figure is below the model by the share of such moves.
 """
 
@@ -84,8 +87,9 @@ class Ledger:
     """Mails that took a forward hop (FORWARD batch or tombstone) at least once."""
     control_first: set[tuple[str, str, int, int]] = field(default_factory=set)
     """(kind, MI, epoch, to) of migration control messages: their first transmissions."""
-    friends_at_forward: dict[tuple[str, int], int] = field(default_factory=dict)
-    """(MI, epoch) -> D_fri as the FORWARD batch carried it (the new PO and the home excluded)."""
+    friends_at_forward: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    """(MI, epoch) -> the friend domains of the move: as the FORWARD batch carried
+    them (the new PO and the home excluded), and any the new PO sent an UPDATE to."""
     moves_home: set[tuple[str, int]] = field(default_factory=set)
     """(MI, epoch) of moves back to the home domain: the new PO is the home, no HOME_UPDATE."""
     moves: int = 0
@@ -127,9 +131,11 @@ class Ledger:
             self.forwarded.update((m[1], m[0], m[2]) for m in body[2])
             # the home's own update is the HOME_UPDATE, and the new PO needs none
             home = home_of(body[0])
-            self.friends_at_forward.setdefault((body[0], body[1]), len(set(body[3]) - {to, home}))
+            self.friends_at_forward.setdefault((body[0], body[1]), set(body[3]) - {to, home})
             if to == home:
                 self.moves_home.add((body[0], body[1]))
+        elif kind is Kind.UPDATE and (body[0], body[2]) in self.friends_at_forward:
+            self.friends_at_forward[(body[0], body[2])].add(to)  # a friend learnt during the move
         if kind in MIGRATION_CONTROL:
             self.control_first.add((kind.value, body[0], body[-1], to))
 
@@ -173,7 +179,7 @@ def summarise(ledger: Ledger, held: set[MailKey], costs: Costs = Costs()) -> dic
     ack_model = costs.c_ctl * sum(msgs[k.value] for k in (Kind.MAIL_ACK, Kind.FORWARD_ACK, Kind.UPDATE_ACK,
                                                           Kind.HOME_ACK))
     control = Counter(k for k, *_ in ledger.control_first)
-    friends = list(ledger.friends_at_forward.values())
+    friends = [len(domains) for domains in ledger.friends_at_forward.values()]
     mean_friends = sum(friends) / len(friends) if friends else 0.0
     model_per_move = sum(migration_cost(f, costs) for f in friends) / len(friends) / costs.c_ctl if friends else 2.0
     latencies = sorted(m.t_delivered - m.t_sent for m in delivered)

@@ -30,7 +30,8 @@ from sgcs.errors import UsageError
 from .mailboxes import MailboxSimulator
 from .mailreport import format_summary
 from .scenario import Scenario
-from .simulator import Simulator, no_collections
+from .parallel import check_workers, run_parallel
+from .simulator import RunTotals, Simulator, no_collections
 from sgcs.trace import SCHEMA_VERSION, write_json
 
 
@@ -61,6 +62,10 @@ class RunSummary:
     nacks: int = 0
     peak_buffered: int = 0
     """The largest peak buffer (unstable records) of any node up at the end."""
+    workers: int = 1
+    """Processes the run was split over (``simulations.parallel``)."""
+    peak_rss_bytes: int = 0
+    """Peak resident memory of the simulating process, or the sum over the workers."""
     mailboxes: dict[str, Any] | None = None
     """A mailbox scenario's figures (``mailreport.summarise``); None for others."""
 
@@ -80,13 +85,15 @@ class RunSummary:
     def format(self) -> str:
         return "\n".join((
             f"simulated {self.nodes:,} nodes for {self.duration:g} s in {self.wall_seconds:.2f} s wall "
-            f"({self.node_seconds_per_wall_second:,.0f} node-seconds per wall second), seed {self.seed}",
+            f"({self.node_seconds_per_wall_second:,.0f} node-seconds per wall second), seed {self.seed}"
+            + (f", {self.workers} workers" if self.workers > 1 else ""),
             f"events: {self.sim_events:,} simulated, {self.rows:,} trace rows; "
             f"datagrams: {self.datagrams:,} sent, {self.lost:,} copies lost",
             f"messages: {self.sends:,} sent, {self.deliveries:,} deliveries, {self.drops:,} drops; "
             f"mean reliability {self.reliability:.4f}; {self.held:,} sends waited for flow control",
             f"repairs: {self.repaired_by_nack:,} by NACK, {self.repaired_by_gossip:,} by gossip; "
-            f"{self.retransmissions:,} retransmissions, {self.nacks:,} NACKs; peak buffer {self.peak_buffered:,} records",
+            f"{self.retransmissions:,} retransmissions, {self.nacks:,} NACKs; peak buffer {self.peak_buffered:,} records; "
+            f"peak memory {self.peak_rss_bytes / 2**30:.2f} GB",
             *(() if self.mailboxes is None else (format_summary(self.mailboxes),)),
             f"trace: {self.out} (meta.json, events/, net/, stats/{', mail/' if self.mailboxes else ''})",
         ))
@@ -98,14 +105,25 @@ def simulate(
     *,
     net_bucket: float = 1.0,
     progress: bool | None = None,
+    workers: int = 1,
 ) -> RunSummary:
-    """Run ``scenario`` and write its trace to ``out``; progress None: only on a TTY."""
+    """Run ``scenario`` and write its trace to ``out``; progress None: only on
+    a TTY. ``workers`` > 1 splits the run over that many processes
+    (``simulations.parallel``; the scenario needs ``latency_ms.min`` > 0)."""
     out = Path(out)
+    check_workers(scenario, workers)
     prepare_out(out)
-    write_json(out / "meta.json", meta_of(scenario, net_bucket))
+    write_json(out / "meta.json", meta_of(scenario, net_bucket, workers))
+    show = sys.stderr.isatty() if progress is None else progress
+    if workers > 1:
+        started = time.perf_counter()  # wall clock for the summary only
+        with _progress_bar(scenario.duration, show) as update:
+            totals = run_parallel(scenario, out, net_bucket, workers, update)
+        summary = _summarise(scenario, totals, out, time.perf_counter() - started, workers)
+        write_json(out / "summary.json", summary.to_json())
+        return summary
     simulator = Simulator(scenario, out, net_bucket) if scenario.mailboxes is None else \
         MailboxSimulator(scenario, out, net_bucket)
-    show = sys.stderr.isatty() if progress is None else progress
     # The collector stays off until the run's objects are gone: switched on
     # while they live (gigabytes at 10,000 nodes, all in its youngest
     # generation after a run without it), the summary's allocations made it
@@ -115,15 +133,15 @@ def simulate(
         with _progress_bar(scenario.duration, show) as update:
             simulator.run(update)
         wall = time.perf_counter() - started
-        summary = _summarise(simulator, out, wall)
+        summary = _summarise(scenario, simulator.totals(), out, wall, workers)
         if isinstance(simulator, MailboxSimulator):
             summary = replace(summary, mailboxes=simulator.report(out))
-        del simulator  # no cycles: reference counting frees the run here
+        del simulator  # no cycles once finished: reference counting frees the run here
     write_json(out / "summary.json", summary.to_json())
     return summary
 
 
-def meta_of(scenario: Scenario, net_bucket: float) -> dict[str, object]:
+def meta_of(scenario: Scenario, net_bucket: float, workers: int = 1) -> dict[str, object]:
     return {
         "schema": SCHEMA_VERSION,
         "seed": scenario.seed,
@@ -132,6 +150,7 @@ def meta_of(scenario: Scenario, net_bucket: float) -> dict[str, object]:
         "scenario": scenario.to_json(),
         "sgcs_version": sgcs.__version__,
         "net_bucket": net_bucket,
+        "workers": workers,
         "replay": scenario.replay_command(),
     }
 
@@ -152,27 +171,19 @@ def prepare_out(out: Path) -> None:
         raise UsageError(f"--out {out}: cannot create the directory: {exc.strerror}") from None
 
 
-def _summarise(simulator: Simulator, out: Path, wall: float) -> RunSummary:
-    scenario, counters = simulator.scenario, simulator.counters
+def _summarise(scenario: Scenario, totals: RunTotals, out: Path, wall: float, workers: int) -> RunSummary:
+    counters = totals.counters
     return RunSummary(
         out=str(out), seed=scenario.seed, nodes=scenario.nodes, duration=scenario.duration,
-        wall_seconds=wall, sim_events=simulator.engine.events, rows=simulator.events.rows,
-        net_rows=simulator.net.rows, sends=counters.sends, deliveries=counters.deliveries,
+        wall_seconds=wall, sim_events=totals.events, rows=totals.rows,
+        net_rows=totals.net_rows, sends=counters.sends, deliveries=counters.deliveries,
         expected_deliveries=counters.expected, unicast_deliveries=counters.unicast_deliveries,
-        drops=simulator.events.kinds.get("drop", 0), datagrams=counters.datagrams, lost=counters.lost,
-        held=counters.held, abandoned=counters.abandoned, **_transport_totals(simulator),
+        drops=totals.kinds.get("drop", 0), datagrams=counters.datagrams, lost=counters.lost,
+        held=counters.held, abandoned=counters.abandoned, repaired_by_nack=totals.repaired_by_nack,
+        repaired_by_gossip=totals.repaired_by_gossip, retransmissions=totals.retransmissions,
+        nacks=totals.nacks, peak_buffered=totals.peak_buffered, workers=workers,
+        peak_rss_bytes=totals.peak_rss_bytes,
     )
-
-
-def _transport_totals(simulator: Simulator) -> dict[str, Any]:
-    stats = [node.statistics() for node in simulator.nodes if node is not None]
-    return {
-        "repaired_by_nack": sum(s.repaired_by_nack for s in stats),
-        "repaired_by_gossip": sum(s.repaired_by_gossip for s in stats),
-        "retransmissions": sum(s.retransmissions for s in stats),
-        "nacks": sum(s.nacks_sent for s in stats),
-        "peak_buffered": max((s.peak_buffered for s in stats), default=0),
-    }
 
 
 @contextmanager

@@ -47,7 +47,7 @@ SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 
 _TOP_KEYS = ("seed", "nodes", "duration", "network", "protocol", "groups", "faults", "mailboxes")
 _NETWORK_KEYS = ("latency_ms", "loss", "duplicate", "clock_offset_s", "clock_drift_ppm")
-_LATENCY_KEYS = ("median", "sigma")
+_LATENCY_KEYS = ("median", "sigma", "min")
 _GROUP_KEYS = ("name", "order", "members", "rate", "size")
 
 
@@ -68,6 +68,11 @@ class NetworkSpec:
     clock_drift_ppm: float = 100.0
     """Each node's clock runs fast or slow by up to this many parts per
     million (uniform), as quartz clocks do."""
+    latency_min_ms: float = 0.0
+    """No delay is shorter (a longer draw is kept, a shorter one raised to it):
+    what a real network's propagation and stack cost at least. A parallel run
+    (``simulations.parallel``) needs it above zero: it is how far ahead one
+    worker may run without news from the others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +115,8 @@ class Scenario:
             "nodes": self.nodes,
             "duration": self.duration,
             "network": {
-                "latency_ms": {"median": net.latency_median_ms, "sigma": net.latency_sigma},
+                "latency_ms": {"median": net.latency_median_ms, "sigma": net.latency_sigma,
+                               **({"min": net.latency_min_ms} if net.latency_min_ms else {})},
                 "loss": net.loss,
                 "duplicate": net.duplicate,
                 "clock_offset_s": net.clock_offset_s,
@@ -192,17 +198,18 @@ def build_scenario(raw: dict[str, Any], source: str = "<mapping>") -> Scenario:
 def _network(table: Any) -> NetworkSpec:
     check_keys("network", table, _NETWORK_KEYS)
     default = NetworkSpec()
-    median, sigma = default.latency_median_ms, default.latency_sigma
+    median, sigma, least = default.latency_median_ms, default.latency_sigma, default.latency_min_ms
     if "latency_ms" in table:
         latency = table["latency_ms"]
-        check_keys("network.latency_ms", latency, _LATENCY_KEYS, required=_LATENCY_KEYS)
+        check_keys("network.latency_ms", latency, _LATENCY_KEYS, required=("median", "sigma"))
         median = number("network.latency_ms.median", latency["median"], 0.0, 60_000.0, low_open=True)
         sigma = number("network.latency_ms.sigma", latency["sigma"], 0.0, 5.0)
+        least = number("network.latency_ms.min", latency.get("min", 0.0), 0.0, median)
     loss = number("network.loss", table.get("loss", 0.0), 0.0, 1.0)
     duplicate = number("network.duplicate", table.get("duplicate", 0.0), 0.0, 1.0)
     offset = number("network.clock_offset_s", table.get("clock_offset_s", default.clock_offset_s), 0.0, 1e9)
     drift = number("network.clock_drift_ppm", table.get("clock_drift_ppm", default.clock_drift_ppm), 0.0, 10_000.0)
-    return NetworkSpec(median, sigma, loss, duplicate, offset, drift)
+    return NetworkSpec(median, sigma, loss, duplicate, offset, drift, least)
 
 
 def _protocol(table: Any) -> tuple[dict[str, Any], Config]:

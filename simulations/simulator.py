@@ -25,9 +25,20 @@ Each datagram arrival carries the receiver's incarnation from send time, so a
 datagram in flight to a node that crashes (and maybe recovers) is lost.
 
 Determinism: every random choice comes from a generator derived from the seed
-(network, per-group workload, and per-node ``(seed, node, incarnation)``), and
-ties on the heap are broken by scheduling order, so a seed replays a run.
-Node lifecycles and faults live in ``lifecycle``.
+(network per sending node, per-group workload, and per-node ``(seed, node,
+incarnation)``), and ties on the heap are broken by scheduling order, so a
+seed replays a run. Node lifecycles and faults live in ``lifecycle``.
+
+**Workers.** A simulator may own only some of the nodes (``worker`` of
+``workers``: node ids congruent to ``worker`` modulo ``workers``), for a run
+split over processes (``simulations.parallel``). Everything the scenario
+decides (which nodes are up, joined or paused, incarnations, partitions, the
+application's send times and senders) is replicated: every worker runs the
+same lifecycle, bucket and application events. What a node does happens only
+in its owner: its ``Node`` object, its timers, its sends and their network
+draws. A datagram to a node of another worker goes to ``outbox`` instead of
+the heap, with its arrival time; the parallel driver hands it over before
+that time comes. With one worker (the default) nothing of this shows.
 """
 
 from __future__ import annotations
@@ -35,8 +46,10 @@ from __future__ import annotations
 import gc
 import math
 import random
+import resource
+from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from heapq import heappush
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -98,6 +111,39 @@ class Counters:
     """Held sends whose node crashed or left before it could send them."""
 
 
+@dataclass
+class RunTotals:
+    """What a finished run (or one worker's share of it) adds up to."""
+
+    counters: Counters
+    events: int
+    """Events processed (a parallel run's replicated ones once per worker)."""
+    rows: int
+    """Event rows written."""
+    kinds: Counter[str]
+    """Event rows per kind."""
+    net_rows: int
+    repaired_by_nack: int = 0
+    """Summed over the nodes up at the end, as are the next three."""
+    repaired_by_gossip: int = 0
+    retransmissions: int = 0
+    nacks: int = 0
+    peak_buffered: int = 0
+    """The largest peak buffer (unstable records) of any node up at the end."""
+    peak_rss_bytes: int = 0
+    """Peak resident memory: of the process, or summed over a parallel run's workers."""
+
+    def plus(self, other: RunTotals) -> RunTotals:
+        mine, theirs = asdict(self.counters), asdict(other.counters)
+        return RunTotals(
+            Counters(**{k: mine[k] + theirs[k] for k in mine}), self.events + other.events,
+            self.rows + other.rows, self.kinds + other.kinds, self.net_rows + other.net_rows,
+            self.repaired_by_nack + other.repaired_by_nack, self.repaired_by_gossip + other.repaired_by_gossip,
+            self.retransmissions + other.retransmissions, self.nacks + other.nacks,
+            max(self.peak_buffered, other.peak_buffered), self.peak_rss_bytes + other.peak_rss_bytes,
+        )
+
+
 class GroupState:
     """One group's membership as the network sees it, and its workload."""
 
@@ -134,22 +180,31 @@ def _identity(node_id: int) -> int:
 class Simulator:
     """Owns the nodes, the network, the heap and the trace of one run."""
 
-    def __init__(self, scenario: Scenario, out: Path, net_bucket: float = 1.0) -> None:
+    def __init__(self, scenario: Scenario, out: Path, net_bucket: float = 1.0, worker: int = 0,
+                 workers: int = 1) -> None:
         if not (net_bucket > 0 and scenario.duration / net_bucket <= MAX_BUCKETS):
             raise UsageError(f"--net-bucket must be > 0 and at most {MAX_BUCKETS} buckets per run, got {net_bucket}")
         count = scenario.nodes
         self.scenario = scenario
+        self.worker, self.workers = worker, workers
         self.engine = Engine()
         self.network = Network(scenario.network, scenario.seed, count)
-        self.events = EventsWriter(out / "events")
-        self.net = NetCounters(out / "net", count)
-        self.stats = StatsWriter(out / "stats")
+        prefix = f"w{worker}-" if workers > 1 else ""
+        self.events = EventsWriter(out / "events", prefix)
+        self.net = NetCounters(out / "net", count, prefix=prefix)
+        self.stats = StatsWriter(out / "stats", prefix)
         self.net_bucket = net_bucket
         self.bucket_start = 0.0
         self.counters = Counters()
         self.verified = VerifiedMemo()
         """One multicast's datagram object reaches every receiver: its tag is checked once."""
         self.nodes: list[Node | None] = [None] * count
+        """The Node of each node this worker owns that is up; None otherwise."""
+        self.up = [False] * count
+        """Which nodes are up (every node, owned or not: the scenario decides)."""
+        self.outbox: list[list[tuple[float, int, int, tuple[int, bytes, str, int]]]] = [[] for _ in range(workers)]
+        """Per worker, datagrams in flight to its nodes: (arrival time, node,
+        its incarnation at send time, packet). Empty with one worker."""
         self.incarnation = [-1] * count
         """Starts of each node minus one; -1: never started."""
         self.timer_at: list[float | None] = [None] * count
@@ -180,34 +235,74 @@ class Simulator:
 
     def run(self, progress: Callable[[float], None] | None = None) -> None:
         """Start the nodes, run to the scenario's duration, close the trace."""
-        scenario = self.scenario
-        try:
-            with no_collections():
-                start_run(self)
-                self.engine.run(scenario.duration, self._dispatch, progress)
-        except UsageError:
-            raise
-        except Exception as exc:
-            t = self.engine.now
-            replay = scenario.replay_command()
-            raise SimulationBug(
-                f"simulation bug at t={t:.6f} (seed {scenario.seed}): {type(exc).__name__}: {exc}",
-                scenario.seed, t, replay,
-            ) from exc
+        self.start()
+        self.advance(self.scenario.duration, progress)
+        self.finish()
+
+    def start(self) -> None:
+        """Start the nodes and put the scenario's fixed events on the heap."""
+        with self._bugs_reported(), no_collections():
+            start_run(self)
+
+    def advance(self, until: float, progress: Callable[[float], None] | None = None) -> None:
+        """Run every event at or before ``until``."""
+        with self._bugs_reported(), no_collections():
+            self.engine.run(until, self._dispatch, progress)
+
+    def finish(self) -> None:
+        """Close the trace. The handler tables (bound methods: a reference
+        cycle through the simulator) go, so that reference counting frees a
+        finished run at once: left to the cyclic collector, the gigabytes of
+        a 10,000-node run were walked once more at exit, a minute."""
         self.events.close()
         self.net.close(self.bucket_start)
         self.stats.close()
+        self._dispatch = ()
+        self._on_action = {}
 
-    def new_node(self, node_id: int) -> Node:
-        """A fresh Node for the next incarnation of ``node_id``."""
+    def totals(self) -> RunTotals:
+        """This simulator's figures, once ``finish``ed."""
+        stats = [node.statistics() for node in self.nodes if node is not None]
+        return RunTotals(
+            self.counters, self.engine.events, self.events.rows, Counter(self.events.kinds), self.net.rows,
+            repaired_by_nack=sum(s.repaired_by_nack for s in stats),
+            repaired_by_gossip=sum(s.repaired_by_gossip for s in stats),
+            retransmissions=sum(s.retransmissions for s in stats),
+            nacks=sum(s.nacks_sent for s in stats),
+            peak_buffered=max((s.peak_buffered for s in stats), default=0),
+            peak_rss_bytes=peak_rss_bytes(),
+        )
+
+    @contextmanager
+    def _bugs_reported(self) -> Iterator[None]:
+        try:
+            yield
+        except UsageError:
+            raise
+        except Exception as exc:
+            scenario, t = self.scenario, self.engine.now
+            raise SimulationBug(
+                f"simulation bug at t={t:.6f} (seed {scenario.seed}): {type(exc).__name__}: {exc}",
+                scenario.seed, t, scenario.replay_command(),
+            ) from exc
+
+    def owns(self, node_id: int) -> bool:
+        return node_id % self.workers == self.worker
+
+    def new_node(self, node_id: int) -> Node | None:
+        """The next incarnation of ``node_id``: a fresh Node if this worker
+        owns it (None if another does)."""
         incarnation = self.incarnation[node_id] + 1
         self.incarnation[node_id] = incarnation
+        self.up[node_id] = True
+        self.timer_at[node_id] = None
+        self._live = None
+        if not self.owns(node_id):
+            return None
         rng = random.Random(f"{self.scenario.seed}:{node_id}:{incarnation}")
         node = Node(node_id, self.scenario.config, rng, resolve=_identity, trace=True, incarnation=incarnation,
                     now=self.local(node_id, self.engine.now), verified_memo=self.verified)
         self.nodes[node_id] = node
-        self.timer_at[node_id] = None
-        self._live = None
         return node
 
     def apply(self, node_id: int, actions: list[Any], now: float) -> None:
@@ -252,7 +347,7 @@ class Simulator:
     def live_nodes(self) -> np.ndarray:
         """Every node that is up: the listeners of a group-less multicast."""
         if self._live is None:
-            self._live = np.array([i for i, n in enumerate(self.nodes) if n is not None], dtype=np.int64)
+            self._live = np.array([i for i, up in enumerate(self.up) if up], dtype=np.int64)
         return self._live
 
     def membership_changed(self) -> None:
@@ -289,8 +384,9 @@ class Simulator:
         if not senders:
             return
         src = senders[group.rng.randrange(len(senders))]
-        assert self.nodes[src] is not None, "a sender must be up"
-        self._send_or_hold(src, group, t, 1)
+        assert self.up[src], "a sender must be up"
+        if self.owns(src):
+            self._send_or_hold(src, group, t, 1)
 
     def _send_or_hold(self, node_id: int, group: GroupState, t: float, new: int) -> None:
         """Send what flow control allows now; hold the rest and retry when the
@@ -333,11 +429,13 @@ class Simulator:
         FAULT_HANDLERS[fault.action](self, fault, t)
 
     def _resume(self, t: float, node_id: int, incarnation: int, _: Any) -> None:
-        node = self.nodes[node_id]
-        if node is None or incarnation != self.incarnation[node_id] or self.paused_until[node_id] != t:
+        if incarnation != self.incarnation[node_id] or self.paused_until[node_id] != t:
             return
         self.paused_until[node_id] = 0.0
-        self.membership_changed()  # the node may send again
+        self.membership_changed()  # the node may send again (every worker: it may be drawn as a sender)
+        node = self.nodes[node_id]
+        if node is None:
+            return  # another worker's node
         self.timer_at[node_id] = None  # an overdue timer is re-armed at t, after the backlog
         for src, data, _label, _size in self.backlog.pop(node_id, ()):
             self.apply(node_id, node.handle_datagram(src, data, self.local(node_id, t)), t)
@@ -360,14 +458,17 @@ class Simulator:
         self.counters.datagrams += 1
         if not (type(dst) is int and 0 <= dst < len(self.nodes)):
             raise RuntimeError(f"node {src} sent to {dst!r}, which is not a node id")
-        delays = self.network.unicast(src, dst) if self.nodes[dst] is not None else []
+        delays = self.network.unicast(src, dst) if self.up[dst] else []
         if not delays:
             self.net.lost([dst], label)
             self.counters.lost += 1
             return
         packet = (src, data, label, size)
         for delay in delays:
-            self.engine.schedule(now + delay, ARRIVE, dst, self.incarnation[dst], packet)
+            if self.owns(dst):
+                self.engine.schedule(now + delay, ARRIVE, dst, self.incarnation[dst], packet)
+            else:
+                self.outbox[dst % self.workers].append((now + delay, dst, self.incarnation[dst], packet))
 
     def _multicast(self, src: int, action: Multicast, now: float) -> None:
         data, label = action.data, action.msg_type.label
@@ -382,9 +483,18 @@ class Simulator:
         packet = (src, data, label, size)
         engine = self.engine
         heap, tie, incarnation = engine.heap, engine.tie, self.incarnation
-        for dst, delay in zip(receivers, delays):
-            tie += 1
-            heappush(heap, (now + delay, tie, ARRIVE, dst, incarnation[dst], packet))
+        if self.workers == 1:
+            for dst, delay in zip(receivers, delays):
+                tie += 1
+                heappush(heap, (now + delay, tie, ARRIVE, dst, incarnation[dst], packet))
+        else:
+            workers, worker, outbox = self.workers, self.worker, self.outbox
+            for dst, delay in zip(receivers, delays):
+                if dst % workers == worker:
+                    tie += 1
+                    heappush(heap, (now + delay, tie, ARRIVE, dst, incarnation[dst], packet))
+                else:
+                    outbox[dst % workers].append((now + delay, dst, incarnation[dst], packet))
         engine.tie = tie
 
     def _deliver(self, node_id: int, action: Deliver, now: float) -> None:
@@ -411,6 +521,11 @@ def no_collections() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _ignore(node_id: int, action: Any, now: float) -> None:

@@ -45,6 +45,9 @@ def _add_simulate(parser: argparse.ArgumentParser) -> None:
                         help="width of the net table's time buckets in seconds (default 1.0)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar (default: only when stderr is a terminal)")
+    parser.add_argument("--workers", type=int, default=1, metavar="W",
+                        help="split the run over W processes, one per core (default 1; needs the scenario's "
+                             "network.latency_ms.min > 0; the trace is the same)")
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
@@ -56,7 +59,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario, seed=args.seed, nodes=args.nodes, duration=args.duration)
     try:
-        summary = simulate(scenario, args.out, net_bucket=args.net_bucket, progress=args.progress)
+        summary = simulate(scenario, args.out, net_bucket=args.net_bucket, progress=args.progress,
+                           workers=args.workers)
     except SimulationBug as bug:
         print(f"sgcs simulate: BUG: {bug}", file=sys.stderr)
         print(f"sgcs simulate: replay with: {scenario.replay_command(args.out)}", file=sys.stderr)
