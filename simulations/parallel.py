@@ -191,7 +191,7 @@ def _worker_main(scenario: Scenario, out: Path, net_bucket: float, worker: int, 
         message = str(exc) if isinstance(exc, SimulationBug) else \
             f"simulation bug in worker {worker}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         _error_path(out, worker).write_text(json.dumps({"message": message, "t": t,
-                                                         "peer": isinstance(exc, _PeerGone)}))
+                                                         "peer": _PeerGone in (type(exc), type(exc.__cause__))}))
     finally:
         os._exit(code)  # nothing freed object by object, no parent's exit handlers run twice
 
@@ -203,15 +203,16 @@ def _run_windows(simulator: Simulator, links: dict[int, Connection], report: Con
     start_parts = simulator.events.cut()
     duration, lookahead = simulator.scenario.duration, simulator.network.least
     windows = 0
-    while True:
-        start = _swap(simulator, links)
-        if start > duration:
-            break
-        simulator.advance(min(math.nextafter(start + lookahead, -math.inf), duration))
-        windows += 1
-        if report is not None and windows % PROGRESS_WINDOWS == 0:
-            report.send_bytes(pickle.dumps((_PROGRESS, simulator.engine.now)))
-    simulator.advance(duration)  # nothing left at or before it: the clock moves to the end
+    with simulator.running() as advance:
+        while True:
+            start = _swap(simulator, links)
+            if start > duration:
+                break
+            advance(min(math.nextafter(start + lookahead, -math.inf), duration))
+            windows += 1
+            if report is not None and windows % PROGRESS_WINDOWS == 0:
+                report.send_bytes(pickle.dumps((_PROGRESS, simulator.engine.now)))
+        advance(duration)  # nothing left at or before it: the clock moves to the end
     simulator.finish()
     return start_parts
 

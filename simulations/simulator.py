@@ -246,8 +246,16 @@ class Simulator:
 
     def advance(self, until: float, progress: Callable[[float], None] | None = None) -> None:
         """Run every event at or before ``until``."""
+        with self.running() as advance:
+            advance(until, progress)
+
+    @contextmanager
+    def running(self) -> Iterator[Callable[[float, Callable[[float], None] | None], None]]:
+        """``advance`` without its set-up (bug reports, the collector off) at
+        each call: for the thousands of short windows of a parallel run."""
         with self._bugs_reported(), no_collections():
-            self.engine.run(until, self._dispatch, progress)
+            engine, dispatch = self.engine, self._dispatch
+            yield lambda until, progress=None: engine.run(until, dispatch, progress)
 
     def finish(self) -> None:
         """Close the trace. The handler tables (bound methods: a reference
