@@ -4,7 +4,7 @@ checkouts or settings, medians of several rounds.
 Usage::
 
     python benchmarks/sim_speed.py SCENARIO --nodes N --duration S [--rounds 3]
-        [--root PATH ...] [--set field=value ...] [--variant "field=value ..." ...]
+        [--root PATH ...] [--set field=value ...] [--variant "field=value ..." ...] [--workers W]
 
 Each configuration (every ``--root``, a checkout with its own compiled build,
 times every ``--variant``, a set of ``[protocol]`` overrides) runs in a fresh
@@ -12,7 +12,9 @@ interpreter with that checkout first on ``sys.path``; the configurations run
 in turn, round after round, so a change in the machine's load falls on all of
 them alike. CPU seconds (user + system of the simulating process, start-up and
 trace writing included) are far less disturbed by other jobs than wall time:
-on a shared machine compare those.
+on a shared machine compare those. With ``--workers`` (a parallel run,
+``simulations.parallel``) CPU seconds include the workers', and the peak RSS
+is their sum; a checkout without ``--workers`` support fails the run.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
 import json, resource, sys, tempfile, tomllib
-root, scenario, nodes, duration, overrides = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
+root, scenario, nodes, duration, overrides, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5]), int(sys.argv[6])
 sys.path.insert(0, root)
 import simulations.run as run
 from simulations.scenario import build_scenario
@@ -41,9 +43,11 @@ for key, value in overrides.items():
     else:
         raw.setdefault("protocol", {})[key] = value
 with tempfile.TemporaryDirectory() as out:
-    s = run.simulate(build_scenario(raw, scenario), out, progress=False)
-ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"wall": s.wall_seconds, "cpu": ru.ru_utime + ru.ru_stime, "rss_gb": ru.ru_maxrss / 1e6,
+    s = run.simulate(build_scenario(raw, scenario), out, progress=False, **({"workers": workers} if workers > 1 else {}))
+ru, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = ru.ru_utime + ru.ru_stime + kids.ru_utime + kids.ru_stime
+rss = s.peak_rss_bytes / 1e9 if workers > 1 else ru.ru_maxrss / 1e6
+print(json.dumps({"wall": s.wall_seconds, "cpu": cpu, "rss_gb": rss,
                   "datagrams": s.datagrams, "peak_buffered": s.peak_buffered, "reliability": s.reliability,
                   "mode": compiled.MODE}))
 """
@@ -71,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--root", action="append", default=[], help="a checkout to run (default: this one)")
     parser.add_argument("--variant", action="append", default=[], help='"field=value ..." overrides')
+    parser.add_argument("--workers", type=int, default=1, help="processes per run (simulations.parallel)")
     args = parser.parse_args(argv)
     roots = args.root or [str(ROOT)]
     variants = args.variant or [""]
@@ -79,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     for round_ in range(args.rounds):
         for root, variant in results:
             done = subprocess.run([sys.executable, "-c", CHILD, root, scenario, str(args.nodes), str(args.duration),
-                                   json.dumps(_overrides(variant))], capture_output=True, text=True, check=True)
+                                   json.dumps(_overrides(variant)), str(args.workers)],
+                                  capture_output=True, text=True, check=True)
             result = json.loads(done.stdout.strip().splitlines()[-1])
             results[(root, variant)].append(result)
             print(f"round {round_ + 1} {root} {variant or '(defaults)'}: {json.dumps(result)}", flush=True)
