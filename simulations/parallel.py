@@ -94,6 +94,8 @@ def check_workers(scenario: Scenario, workers: int) -> None:
 def run_parallel(scenario: Scenario, out: Path, net_bucket: float, workers: int,
                  progress: Callable[[float], None] | None) -> RunTotals:
     """Run ``scenario`` on ``workers`` forked processes; merge their trace; their totals."""
+    for stale in out.glob(".worker-*.error"):  # an earlier failed run's: not this one's
+        stale.unlink()
     context = multiprocessing.get_context("fork")
     links: dict[int, dict[int, Connection]] = {w: {} for w in range(workers)}
     for a in range(workers):
@@ -119,6 +121,8 @@ def run_parallel(scenario: Scenario, out: Path, net_bucket: float, workers: int,
             if process.is_alive():
                 process.kill()
             process.join()
+        for report in out.glob(".worker-*.error"):  # read by _first_error, or left by an interrupted run
+            report.unlink()
     totals, start_parts = outcome
     totals.rows = merge_events(out / "events", start_parts)
     totals.net_rows = merge_net(out / "net", workers)
@@ -131,8 +135,9 @@ def _collect(scenario: Scenario, out: Path, reports: list[Connection],
     results: dict[int, tuple[RunTotals, int]] = {}
     open_reports = dict(enumerate(reports))
     while open_reports:
-        for conn in wait(list(open_reports.values())):
-            worker = next(w for w, c in open_reports.items() if c is conn)
+        for ready in wait(list(open_reports.values())):
+            worker = next(w for w, c in open_reports.items() if c is ready)
+            conn = open_reports[worker]
             try:
                 kind, value = pickle.loads(conn.recv_bytes())
             except (EOFError, OSError):

@@ -52,7 +52,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from heapq import heappush
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
@@ -142,6 +142,12 @@ class RunTotals:
             self.retransmissions + other.retransmissions, self.nacks + other.nacks,
             max(self.peak_buffered, other.peak_buffered), self.peak_rss_bytes + other.peak_rss_bytes,
         )
+
+
+class Advance(Protocol):
+    """Runs every event at or before ``until`` (``Simulator.running``)."""
+
+    def __call__(self, until: float, progress: Callable[[float], None] | None = None) -> None: ...
 
 
 class GroupState:
@@ -250,12 +256,16 @@ class Simulator:
             advance(until, progress)
 
     @contextmanager
-    def running(self) -> Iterator[Callable[[float, Callable[[float], None] | None], None]]:
+    def running(self) -> Iterator[Advance]:
         """``advance`` without its set-up (bug reports, the collector off) at
         each call: for the thousands of short windows of a parallel run."""
         with self._bugs_reported(), no_collections():
             engine, dispatch = self.engine, self._dispatch
-            yield lambda until, progress=None: engine.run(until, dispatch, progress)
+
+            def advance(until: float, progress: Callable[[float], None] | None = None) -> None:
+                engine.run(until, dispatch, progress)
+
+            yield advance
 
     def finish(self) -> None:
         """Close the trace. The handler tables (bound methods: a reference
