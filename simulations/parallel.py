@@ -27,7 +27,12 @@ A node's network draws come from generators of its own (``network``), used
 in the order of its own sends, so a parallel run draws what one process
 draws: the trace holds the same rows as a run with ``workers = 1``, except
 for the order of rows of different nodes at one instant (a test holds it to
-that).
+that). One exception is possible: two datagrams that reach one node at the
+very same instant, from nodes of different workers, are taken in the order of
+the swap rather than of their sends (the heap breaks ties by scheduling
+order). With continuous random delays that takes two sends at one instant
+whose delays were both raised to the minimum: at the start, when every node
+acts at t = 0, it can happen.
 
 Pairs of workers swap over a pipe each, in a fixed order (the lower number
 sends first), which cannot deadlock however large a window's datagrams. A
@@ -82,11 +87,11 @@ def check_workers(scenario: Scenario, workers: int) -> None:
         raise UsageError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
     if workers == 1:
         return
+    if scenario.mailboxes is not None:
+        raise UsageError("--workers > 1 does not run mailbox scenarios (their post offices share state); use 1")
     if scenario.network.latency_min_ms <= 0.0:
         raise UsageError("--workers > 1 needs a shortest network delay: set network.latency_ms.min "
                          "(milliseconds, > 0) in the scenario")
-    if scenario.mailboxes is not None:
-        raise UsageError("--workers > 1 does not run mailbox scenarios (their post offices share state); use 1")
     if workers > scenario.nodes:
         raise UsageError(f"--workers {workers} is more than the scenario's {scenario.nodes} nodes")
 

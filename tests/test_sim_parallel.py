@@ -108,6 +108,14 @@ def test_workers_that_cannot_run_are_refused_in_one_line(tmp_path: Path, fields:
     assert "\n" not in str(error.value) and not (tmp_path / "run").exists()
 
 
+def test_mailbox_scenarios_run_on_one_worker(tmp_path: Path) -> None:
+    from simulations.scenario import SCENARIOS_DIR
+
+    with pytest.raises(UsageError, match="does not run mailbox scenarios"):
+        simulate(load_scenario(str(SCENARIOS_DIR / "mailboxes.toml")), tmp_path / "run", progress=False, workers=2)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_shortest_delay_above_the_median_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="network.latency_ms.min"):
         load_scenario(str(_scenario(tmp_path, network={"latency_ms": {"median": 1.0, "sigma": 0.5, "min": 2.0}})))
