@@ -60,10 +60,12 @@ import math
 import multiprocessing
 import os
 import pickle
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from heapq import heappush
 from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +77,12 @@ from .scenario import Scenario
 from .simulator import RunTotals, SimulationBug, Simulator
 
 MAX_WORKERS = 64
+STOP_GRACE = 2.0
+"""Seconds the workers get to end on their own (after a run, or once one failed) before they are killed."""
 PROGRESS_WINDOWS = 1 << 10
 """Windows between two progress reports of worker 0."""
 
-_WINDOW, _ERROR, _DONE, _PROGRESS = "w", "e", "d", "p"
+_DONE, _PROGRESS = "d", "p"
 
 
 def check_workers(scenario: Scenario, workers: int) -> None:
@@ -119,19 +123,42 @@ def run_parallel(scenario: Scenario, out: Path, net_bucket: float, workers: int,
         reports[w][1].close()
         for conn in links[w].values():
             conn.close()
+    failure: SimulationBug | None = None
     try:
         outcome = _collect(scenario, out, [reading for reading, _ in reports], progress)
+    except SimulationBug as bug:
+        failure = bug
     finally:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-            process.join()
+        exits = _stop(processes, STOP_GRACE)
         for report in out.glob(".worker-*.error"):  # read by _first_error, or left by an interrupted run
             report.unlink()
+    if failure is not None:
+        killed = [(w, -code) for w, code in enumerate(exits) if code is not None and code < 0]
+        if killed and failure.reported_by_peer:
+            worker, signal = killed[0]
+            raise SimulationBug(f"simulation stopped (seed {scenario.seed}): worker {worker} was killed by "
+                                f"signal {signal}", scenario.seed, failure.t, failure.replay)
+        raise failure
     totals, start_parts = outcome
     totals.rows = merge_events(out / "events", start_parts)
     totals.net_rows = merge_net(out / "net", workers)
     return totals
+
+
+def _stop(processes: Sequence[BaseProcess], grace: float) -> list[int | None]:
+    """Wait up to ``grace`` seconds for the workers to end, kill the rest;
+    their exit codes (None for those we killed: not how they ended)."""
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    exits: list[int | None] = []
+    for process in processes:
+        ours = process.is_alive()
+        if ours:
+            process.kill()
+        process.join()
+        exits.append(None if ours else process.exitcode)
+    return exits
 
 
 def _collect(scenario: Scenario, out: Path, reports: list[Connection],
@@ -172,10 +199,12 @@ def _first_error(scenario: Scenario, out: Path, workers: int) -> SimulationBug:
         if path.is_file():
             found.append(json.loads(path.read_text()))
             path.unlink()
-    real = [e for e in found if not e["peer"]] or found
-    if not real:
-        return SimulationBug(f"simulation bug (seed {scenario.seed}): a worker process died without a report",
-                             scenario.seed, math.nan, scenario.replay_command())
+    real = [e for e in found if not e["peer"]]
+    if not real:  # only peers that saw one stop: it was killed (the parent looks at how)
+        bug = SimulationBug(f"simulation bug (seed {scenario.seed}): a worker process died without a report",
+                            scenario.seed, min((e["t"] for e in found), default=math.nan), scenario.replay_command())
+        bug.reported_by_peer = True
+        return bug
     first = min(real, key=lambda e: e["t"])
     return SimulationBug(first["message"], scenario.seed, first["t"], scenario.replay_command())
 
@@ -187,6 +216,7 @@ class _PeerGone(Exception):
 def _worker_main(scenario: Scenario, out: Path, net_bucket: float, worker: int, workers: int,
                  links: dict[int, Connection], report: Connection, every_end: list[Connection]) -> None:
     code = 0
+    simulator: Simulator | None = None
     mine = {id(report), *(id(conn) for conn in links.values())}
     for conn in every_end:  # a fork inherits every pipe: keep only our own, so a closed one means its owner is gone
         if id(conn) not in mine:
@@ -197,7 +227,7 @@ def _worker_main(scenario: Scenario, out: Path, net_bucket: float, worker: int, 
         report.send_bytes(pickle.dumps((_DONE, (simulator.totals(), start_parts))))
     except BaseException as exc:  # noqa: BLE001 (reported to the parent, which raises it)
         code = 1
-        t = simulator.engine.now if "simulator" in locals() else 0.0
+        t = simulator.engine.now if simulator is not None else 0.0
         message = str(exc) if isinstance(exc, SimulationBug) else \
             f"simulation bug in worker {worker}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         _error_path(out, worker).write_text(json.dumps({"message": message, "t": t,

@@ -88,6 +88,8 @@ class SimulationBug(Exception):
         self.seed = seed
         self.t = t
         self.replay = replay
+        self.reported_by_peer = False
+        """A parallel run's worker stopped without a report of its own (it was killed)."""
 
 
 @dataclass

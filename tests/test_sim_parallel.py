@@ -137,3 +137,23 @@ def test_a_failing_worker_stops_the_run_with_its_error(tmp_path: Path, monkeypat
         simulate(scenario, tmp_path / "run", progress=False, workers=2)
     assert 3.0 < bug.value.t < 3.1 and "sgcs simulate" in bug.value.replay
     assert not multiprocessing.active_children() and not list((tmp_path / "run").glob(".worker-*"))
+
+
+def test_a_killed_worker_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker killed from outside (the kernel's out-of-memory killer, say)
+    leaves no report: the run stops, naming it and the signal."""
+    import os
+    import signal
+
+    arrive = simulator_module.Simulator._arrive
+
+    def dying(self: simulator_module.Simulator, t: float, dst: int, incarnation: int, packet: Any) -> None:
+        if self.worker == 1 and t > 2.0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        arrive(self, t, dst, incarnation, packet)
+
+    monkeypatch.setattr(simulator_module.Simulator, "_arrive", dying)
+    scenario = load_scenario(str(_scenario(tmp_path, faults=None)))
+    with pytest.raises(SimulationBug, match="worker 1 was killed by signal 9"):
+        simulate(scenario, tmp_path / "run", progress=False, workers=2)
+    assert not multiprocessing.active_children() and not list((tmp_path / "run").glob(".worker-*"))
