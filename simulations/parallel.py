@@ -40,7 +40,8 @@ fork of this process is each worker; the parent only waits: for progress
 reports from worker 0, and for each worker's totals. A worker that fails
 writes its error next to the trace and exits; its peers see its pipes close
 and stop too, and the parent raises the first real error as a
-``SimulationBug``. Workers leave with ``os._exit``: a finished worker's
+``SimulationBug``; a worker that left no report (killed from outside) is
+named with its signal. Workers leave with ``os._exit``: a finished worker's
 gigabytes go back to the system at once, with no object freed one by one.
 
 At the end the parent merges the workers' ``events`` part files into one
