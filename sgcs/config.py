@@ -72,7 +72,7 @@ class Order(str, enum.Enum):
             raise UsageError(f"order {value!r} is not one of: {allowed}") from None
 
 
-HEARTBEAT_FORMS = ("roster", "pairs")
+HEARTBEAT_FORMS = ("roster", "pairs", "ring")
 PROMISE_MODES = ("auto", "direct", "gossip")
 MAX_UDP_PAYLOAD = 65_507
 MIN_DATAGRAM = 512
@@ -217,10 +217,15 @@ class Config:
     ask_timeout: float = 0.5
     """Seconds the ask stage waits for neighbours before the suspect is declared failed."""
     heartbeat: str = "roster"
-    """How a heartbeat carries the table: ``"roster"``, 2 bytes a member, in the
-    order of the sorted member list (merged by members that watch the same
-    list); or ``"pairs"``, 10 bytes a member as (id, counter), merged whatever
-    the receiver watches."""
+    """How members watch each other. ``"roster"`` and ``"pairs"``: everyone
+    watches everyone, and a heartbeat carries the whole table, in ``"roster"``
+    form 2 bytes a member in the order of the sorted member list (merged by
+    members that watch the same list), in ``"pairs"`` form 10 bytes a member as
+    (id, counter), merged whatever the receiver watches. ``"ring"``: each member
+    is watched by the ceil(log2 N) members after it in the sorted list, a
+    heartbeat carries only the sender's neighbourhood (O(log N) bytes), and a
+    watcher that declares a member failed tells the view's lowest members, who
+    coordinate (``sgcs.membership.detector``). For views of thousands."""
     view_timeout: float = 1.0
     """Seconds each phase of a view change (flush replies, commit) may take before
     the coordinator retries without the members that did not answer. Derived

@@ -251,6 +251,17 @@ class GroupStack:
         """Members our agreement holds failed (the detector keeps their verdicts)."""
         return frozenset(self.agreement.failed)
 
+    def lowest_live(self, count: int, besides: tuple[int, ...]) -> list[int]:
+        """The ``count`` lowest members of the view not failed, not leaving and
+        not in ``besides``: the coordinator and its successors."""
+        agreement, found = self.agreement, []
+        for member in self.view.members:
+            if member not in besides and member not in agreement.failed and member not in agreement.leaving:
+                found.append(member)
+                if len(found) == count:
+                    break
+        return found
+
     def reject(self, member: int) -> None:
         """``member`` joins with another order: never admitted."""
         self.rejected.add(member)

@@ -55,7 +55,8 @@ from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack
 from .membership.agreement import View
 from .membership.roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdSend, Verdict
-from .membership.messages import Ask, AskReply, Probe, ViewMessage, decode_untrusted, decode_view_message
+from .membership.messages import Ask, AskReply, Obituary, Probe, ViewMessage, decode_untrusted, decode_view_message, \
+    encode
 from .security import ReplayWindow, Sealer
 from .transport.params import Params
 from .transport.records import Message, Record
@@ -93,6 +94,9 @@ MAX_LEFT = 1_024
 """Groups left whose last message number a node remembers (``Node._ended_at``);
 past it the oldest is forgotten, and a rejoin of that group numbers from
 ``incarnation << 32`` again (its old stream is long gone from the others)."""
+VERDICT_HEARERS = 3
+"""Ring form: the lowest live members of a view told each verdict. The lowest
+coordinates; the next ones take over if it failed too, and know why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -549,11 +553,14 @@ class Node:
         return out
 
     def _on_probing(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
-        """PROBE, PROBE_ACK, ASK and ASK_REPLY: the detector's pull and ask stages."""
+        """PROBE, PROBE_ACK, ASK and ASK_REPLY: the detector's pull and ask
+        stages; OBITUARY: a verdict told (ring form)."""
         msg = decode_untrusted(header.msg_type, body)
         detector, sender = self.detector, header.sender
         if type(msg) is Probe:
             outputs = detector.on_probe(sender, msg)
+        elif type(msg) is Obituary:
+            outputs = detector.on_obituary(sender, msg.member, now)
         elif type(msg) is Ask:
             outputs = detector.on_ask(sender, msg, now)
         elif type(msg) is AskReply:
@@ -677,6 +684,25 @@ class Node:
                     self._drain(out, state, now)
             elif state.member_alive(member) and busy:
                 out.append(MemberBusy(state.name, member))
+        if kind is Verdict.FAILED and not event.told and self.params.ring_heartbeats:
+            self._tell_verdict(out, member)
+
+    def _tell_verdict(self, out: list[Action], member: int) -> None:
+        """Ring form: our verdict on ``member`` to the lowest live members of
+        each view holding it (its coordinator, and the next ones in case the
+        coordinator failed too), who did not watch it themselves."""
+        told: set[int] = set()
+        for state in self._groups.values():
+            if member in state.view:
+                told.update(state.lowest_live(VERDICT_HEARERS, besides=(self.id, member)))
+        if not told:
+            return
+        body = encode(Obituary(member))
+        for target in sorted(told):
+            address = self._address_of(target)
+            if address is not None:
+                self._emit(out, Send(address, self._sealer.seal(MsgType.OBITUARY, Flag.NONE, body),
+                                     MsgType.OBITUARY))
 
     def _drain(self, out: list[Action], state: GroupStack, now: float) -> None:
         """Report what the group did, in order: deliveries and, around a view
@@ -788,7 +814,8 @@ _HANDLERS: dict[MsgType, _Handler] = {
     MsgType.LEAVE: Node._on_leave,
     MsgType.HEARTBEAT: Node._on_heartbeat,
     MsgType.HEARTBEAT_ROSTER: Node._on_roster_heartbeat,
-    **dict.fromkeys((MsgType.PROBE, MsgType.PROBE_ACK, MsgType.ASK, MsgType.ASK_REPLY), Node._on_probing),
+    **dict.fromkeys((MsgType.PROBE, MsgType.PROBE_ACK, MsgType.ASK, MsgType.ASK_REPLY, MsgType.OBITUARY),
+                    Node._on_probing),
     **dict.fromkeys((MsgType.BEACON, MsgType.PROPOSE, MsgType.FLUSH, MsgType.COMMIT, MsgType.INSTALLED),
                     Node._on_view_control),
 }

@@ -74,6 +74,7 @@ class MsgType(enum.IntEnum):
     COMMIT = 19
     INSTALLED = 20
     HEARTBEAT_ROSTER = 21
+    OBITUARY = 22
 
     @property
     def label(self) -> str:
@@ -556,8 +557,8 @@ def decode_unicast_untrusted(body: bytes) -> "tuple[int, int, tuple[Record, ...]
 #              (HEARTBEAT_ROSTER: the counters of the members at positions
 #              start.. of the sorted member list whose 32-bit tag is ``roster``)
 # control   := group_tag Q | epoch Q | attempt I | a Q | b Q | lists B | entries*
-#              (PROBE, PROBE_ACK, ASK, ASK_REPLY, BEACON, PROPOSE, FLUSH, COMMIT,
-#              INSTALLED; what a, b and each entry list mean is per type, see
+#              (PROBE, PROBE_ACK, ASK, ASK_REPLY, OBITUARY, BEACON, PROPOSE, FLUSH,
+#              COMMIT, INSTALLED; what a, b and each entry list mean is per type, see
 #              ``membership.agreement`` and ``membership.detector``)
 
 MAX_HEARTBEAT_ENTRIES = 6_000

@@ -18,6 +18,7 @@ from sgcs.membership.messages import (
     ControlMessage,
     Flush,
     InstalledMsg,
+    Obituary,
     Probe,
     ProbeAck,
     Propose,
@@ -55,13 +56,14 @@ GOLDEN: list[tuple[ControlMessage, str]] = [
     (ProbeAck(123456789), "000000000000000000000000000000000000000000000000075bcd15000000000000000000"),
     (Ask(5, 42), "00000000000000000000000000000000000000000000000000000005000000000000002a00"),
     (AskReply(5, 250), "0000000000000000000000000000000000000000000000000000000500000000000000fa00"),
+    (Obituary(5), "00000000000000000000000000000000000000000000000000000005000000000000000000"),
 ]
 
 
 def test_every_control_type_has_a_golden_vector() -> None:
     assert {type(m) for m, _ in GOLDEN} == set(MESSAGES.values())  # Flush and Commit more than once: optional lists
     assert set(MESSAGES) == {MsgType.PROPOSE, MsgType.FLUSH, MsgType.COMMIT, MsgType.INSTALLED, MsgType.BEACON,
-                             MsgType.PROBE, MsgType.PROBE_ACK, MsgType.ASK, MsgType.ASK_REPLY}
+                             MsgType.PROBE, MsgType.PROBE_ACK, MsgType.ASK, MsgType.ASK_REPLY, MsgType.OBITUARY}
 
 
 @pytest.mark.parametrize("message, golden", GOLDEN, ids=[type(m).__name__ for m, _ in GOLDEN])
@@ -81,6 +83,7 @@ BAD_SHAPES = [
     (MsgType.BEACON, Control(TAG, 3, 0, 1, 0, ((), ()))),
     (MsgType.PROBE, Control(a=1, lists=((),))),
     (MsgType.ASK_REPLY, Control(a=1, b=2, lists=(((1, 1),),))),
+    (MsgType.OBITUARY, Control(a=1, lists=(((1, 1),),))),
 ]
 
 

@@ -50,6 +50,25 @@ three-stage survival signal).
   every neighbour asked has said it did not (or ``ask_timeout`` passed), all
   three stages agree and it is declared failed. With no neighbour to ask (a
   group of two) the stage is skipped.
+* **Ring neighbourhoods** (``Config.heartbeat = "ring"``, for views of
+  thousands, where a whole table is 20 KB a round). Member i of the sorted
+  list is watched only by its K = ceil(log2 N) successors i+1 .. i+K, as in
+  SWIM's and memberlist's "a few members check each one", made deterministic
+  so that every member knows who watches whom. Each round it sends one
+  heartbeat, to i+d, d cycling through the powers of two up to K, carrying
+  the counters of its own neighbourhood i-K .. i: O(log N) bytes. A counter
+  of member j reaches each watcher j+k along every path of such hops that
+  sums to k, so news keeps coming when some are lost, and no news arrives
+  from a neighbourhood that lost j. Only the K members before us are
+  suspected, and the ask stage asks the suspect's other watchers, which hold
+  its counter too. The verdict is then *told* (``Obituary``) to the lowest
+  members of each view holding the member, its coordinator and the next
+  ones (the node picks them), and told again every suspect timeout while
+  the member is still in a view; a receiver that heard from the member
+  itself within a suspect timeout does not take it. Every member runs the
+  same three stages for its own neighbourhood, so the detection time is the
+  whole-table detector's, at O(log N) bytes per member per round instead of
+  O(N), and O(log N) work per round instead of O(N).
 
 Outputs are ``FdSend`` (a body for one member) and ``FdEvent`` (suspect,
 unsuspect, busy, failed); the node seals, addresses and routes them.
@@ -105,6 +124,8 @@ class Verdict(str, Enum):
 class FdEvent:
     kind: Verdict
     member: int
+    told: bool = False
+    """A verdict another member told us (``Obituary``), not our own."""
 
 
 FdOut = FdSend | FdEvent
@@ -138,6 +159,8 @@ class DetectorStatistics:
     failures: int
     mismatched: int = 0
     """Roster heartbeats whose member list was not ours: only their sender's own evidence was taken."""
+    told: int = 0
+    """Verdicts other members told us and we took (``heartbeat = "ring"``)."""
 
 
 class FailureDetector:
@@ -169,7 +192,13 @@ class FailureDetector:
         self._next_round = now + params.gossip_interval * rng.random()
         self._last_multicast = -math.inf
         self._counts = dict.fromkeys(("rounds", "sent", "skipped", "suspicions", "refuted", "busy", "failures",
-                                      "mismatched"), 0)
+                                      "mismatched", "told"), 0)
+        self._watched = np.zeros(0, dtype=np.intp)
+        """Ring form: the positions of the members we watch (the K before us)."""
+        self._neighbourhood = np.zeros(1, dtype=np.intp)
+        """Ring form: the positions our heartbeat carries (the K before us, and us)."""
+        self._retell: dict[int, float] = {}
+        """Ring form: our own verdicts, and when each is told again."""
 
     # ------------------------------------------------------------------ membership
 
@@ -188,6 +217,7 @@ class FailureDetector:
             counters[roster.index[self.me]] = self.counters[0]
             self.ids, self.counters, self.heard_at, self.grace_from = ids, counters, heard_at, grace_from
             self._index = roster.index
+            self._place_in_ring()
             return
         pos = np.searchsorted(self.ids, ids)
         pos_clipped = np.minimum(pos, len(self.ids) - 1)
@@ -200,6 +230,17 @@ class FailureDetector:
         for member in [m for m in self.suspects if m not in self._index]:
             del self.suspects[member]
         self.failed = {m for m in self.failed if m in self._index}
+        self._retell = {m: t for m, t in self._retell.items() if m in self.failed}
+        self._place_in_ring()
+
+    def _place_in_ring(self) -> None:
+        """Ring form: who we watch and what our heartbeat carries."""
+        if not self.params.ring_heartbeats:
+            return
+        n, me = len(self.ids), self._index[self.me]
+        width = ring_width(n)
+        self._watched = np.array([(me - k) % n for k in range(width, 0, -1)], dtype=np.intp)
+        self._neighbourhood = np.append(self._watched, me)
 
     def readmit(self, member: int, now: float) -> None:
         """Watch a member declared failed afresh, with a newcomer's grace: a
@@ -209,6 +250,7 @@ class FailureDetector:
         if i is None or member not in self.failed:
             return
         self.failed.discard(member)
+        self._retell.pop(member, None)
         self.grace_from[i] = self._ms(now + self.suspect_timeout())
 
     def suspect_timeout(self) -> float:
@@ -251,6 +293,7 @@ class FailureDetector:
             # 2952616851: three members each held live others failed for good).
             # A restart is not refuted this way: the node fails the old self.
             self.failed.discard(member)
+            self._retell.pop(member, None)
             self.grace_from[i] = self._ms(now)
             self._counts["refuted"] += 1
             return [FdEvent(Verdict.UNSUSPECT, member)]
@@ -345,12 +388,26 @@ class FailureDetector:
         if msg.age_ms / 1000 >= window:
             confirmation.awaiting.discard(src)
             if confirmation.stage == "ask" and not confirmation.awaiting:
-                return self._declare_failed(msg.member)
+                return self._declare_failed(msg.member, now)
             return []
         del self.suspects[msg.member]
         self.grace_from[self._index[msg.member]] = self._ms(now)
         self._counts["busy"] += 1
         return [FdEvent(Verdict.BUSY, msg.member)]
+
+    def on_obituary(self, src: int, member: int, now: float) -> list[FdOut]:
+        """``src`` tells us its verdict on ``member`` (ring form). Taken unless
+        we heard from ``member`` itself within a suspect timeout: a member
+        still heard is busy, not dead, whatever its neighbourhood concluded."""
+        i = self._index.get(member)
+        if i is None or src not in self._index or member == self.me or member in self.failed:
+            return []
+        if self._ms(now) - int(self.heard_at[i]) < math.ceil(self.suspect_timeout() * 1000):
+            return []
+        self.suspects.pop(member, None)
+        self.failed.add(member)
+        self._counts["told"] += 1
+        return [FdEvent(Verdict.FAILED, member, told=True)]
 
     def on_unreachable(self, member: int, now: float) -> list[FdOut]:
         """The network says nobody listens at ``member``'s address: the pull
@@ -372,6 +429,8 @@ class FailureDetector:
             self._next_round = max(now, self._next_round + self.params.gossip_interval)
             out += self._gossip_round(now)
             self._find_suspects(now, out)
+            if self._retell:
+                self._retell_verdicts(now, out)
         for member, confirmation in list(self.suspects.items()):
             if confirmation.due <= now:
                 out += self._advance(member, confirmation, now)
@@ -399,6 +458,9 @@ class FailureDetector:
         n = len(self.ids)
         if n < 2:
             return []
+        if self.params.ring_heartbeats:
+            # never skipped for a multicast: the heartbeat also relays the neighbourhood's counters
+            return [self._ring_heartbeat(me, n)]
         if now - self._last_multicast < self.params.gossip_interval:
             self._counts["skipped"] += 1
             return []
@@ -418,9 +480,22 @@ class FailureDetector:
                                                                    self.counters[i:i + MAX_HEARTBEAT_ENTRIES]))
                 for i in range(0, n, MAX_HEARTBEAT_ENTRIES)]
 
+    def _ring_heartbeat(self, me: int, n: int) -> FdSend:
+        """Our neighbourhood's counters to the successor at the round's distance."""
+        hops = ring_hops(ring_width(n))
+        target = int(self.ids[(me + hops[(self._round - 1) % len(hops)]) % n])
+        self._counts["sent"] += 1
+        carried = self._neighbourhood
+        return FdSend(target, MsgType.HEARTBEAT, encode_heartbeat(self.ids[carried], self.counters[carried]))
+
     def _find_suspects(self, now: float, out: list[FdOut]) -> None:
-        quiet_since = np.maximum(self.heard_at, self.grace_from)
-        stale = np.flatnonzero(quiet_since < self._ms(now) - math.ceil(self.suspect_timeout() * 1000))
+        deadline = self._ms(now) - math.ceil(self.suspect_timeout() * 1000)
+        if self.params.ring_heartbeats:
+            watched = self._watched
+            quiet_since = np.maximum(self.heard_at[watched], self.grace_from[watched])
+            stale = watched[quiet_since < deadline]
+        else:
+            stale = np.flatnonzero(np.maximum(self.heard_at, self.grace_from) < deadline)
         for i in stale.tolist():
             member = int(self.ids[i])
             if member != self.me and member not in self.suspects and member not in self.failed:
@@ -439,12 +514,12 @@ class FailureDetector:
             return [FdSend(member, MsgType.PROBE, encode(Probe(confirmation.nonce)))]
         if confirmation.stage == "pull":
             return self._ask(member, confirmation, now)
-        return self._declare_failed(member)
+        return self._declare_failed(member, now)
 
     def _ask(self, member: int, confirmation: _Confirmation, now: float) -> list[FdOut]:
         neighbours = self._neighbours(member)
         if not neighbours:
-            return self._declare_failed(member)
+            return self._declare_failed(member, now)
         confirmation.stage = "ask"
         confirmation.due = now + self.params.ask_timeout
         confirmation.awaiting = set(neighbours)
@@ -452,11 +527,16 @@ class FailureDetector:
         return [FdSend(n, MsgType.ASK, body) for n in neighbours]
 
     def _neighbours(self, member: int) -> list[int]:
-        """The members ``member`` gossips to first, which hear from it directly."""
+        """The members ``member`` gossips to first, which hear from it directly
+        (ring form: its watchers, nearest first)."""
         n, i = len(self.ids), self._index[member]
         found: list[int] = []
-        for k in range(max(1, math.ceil(math.log2(n)))):
-            candidate = int(self.ids[(i + (1 << k)) % n])
+        if self.params.ring_heartbeats:
+            distances = list(range(1, ring_width(n) + 1))
+        else:
+            distances = [1 << k for k in range(max(1, math.ceil(math.log2(n))))]
+        for distance in distances:
+            candidate = int(self.ids[(i + distance) % n])
             if candidate not in (self.me, member) and candidate not in self.failed and candidate not in found \
                     and candidate not in self.suspects:
                 found.append(candidate)
@@ -464,13 +544,33 @@ class FailureDetector:
                 break
         return found
 
-    def _declare_failed(self, member: int) -> list[FdOut]:
+    def _declare_failed(self, member: int, now: float) -> list[FdOut]:
         del self.suspects[member]
         self.failed.add(member)
         self._counts["failures"] += 1
+        if self.params.ring_heartbeats:
+            self._retell[member] = now + self.suspect_timeout()
         return [FdEvent(Verdict.FAILED, member)]
+
+    def _retell_verdicts(self, now: float, out: list[FdOut]) -> None:
+        """Ring form: our verdicts again, while their members are in a view
+        (a lost obituary, or one told to a coordinator that has failed since)."""
+        for member, due in list(self._retell.items()):
+            if due <= now:
+                self._retell[member] = now + self.suspect_timeout()
+                out.append(FdEvent(Verdict.FAILED, member))
 
     def statistics(self) -> DetectorStatistics:
         c = self._counts
         return DetectorStatistics(c["rounds"], c["sent"], c["skipped"], c["suspicions"], c["refuted"], c["busy"],
-                                  c["failures"], c["mismatched"])
+                                  c["failures"], c["mismatched"], c["told"])
+
+
+def ring_width(members: int) -> int:
+    """K, the members that watch each one in the ring form: ceil(log2 N), at most N - 1."""
+    return min(members - 1, max(1, math.ceil(math.log2(max(2, members)))))
+
+
+def ring_hops(width: int) -> tuple[int, ...]:
+    """The distances a ring heartbeat goes, one per round: 1, 2, 4, ... up to ``width``."""
+    return tuple(1 << k for k in range(max(1, width.bit_length())) if 1 << k <= max(1, width))

@@ -262,11 +262,31 @@ class AskReply:
         return cls(c.a, c.b)
 
 
-ControlMessage = Union[Propose, Flush, CommitMsg, InstalledMsg, Beacon, Probe, ProbeAck, Ask, AskReply]
+@dataclass(frozen=True, slots=True)
+class Obituary:
+    """A watcher's verdict, told (``heartbeat = "ring"``): all three stages
+    agree that ``member`` failed. Sent to the lowest members of each view
+    holding it, who coordinate; only a receiver that has not heard from
+    ``member`` itself for a suspect timeout takes it."""
+
+    TYPE: ClassVar[MsgType] = MsgType.OBITUARY
+    member: int
+
+    def to_control(self) -> Control:
+        return Control(a=self.member)
+
+    @classmethod
+    def from_control(cls, c: Control) -> Obituary:
+        _lists(c, 0, 0, "obituary")
+        return cls(c.a)
+
+
+ControlMessage = Union[Propose, Flush, CommitMsg, InstalledMsg, Beacon, Probe, ProbeAck, Ask, AskReply, Obituary]
 ViewMessage = Union[Propose, Flush, CommitMsg, InstalledMsg, Beacon]
 
 MESSAGES: dict[MsgType, type[ControlMessage]] = {
-    cls.TYPE: cls for cls in (Propose, Flush, CommitMsg, InstalledMsg, Beacon, Probe, ProbeAck, Ask, AskReply)
+    cls.TYPE: cls for cls in (Propose, Flush, CommitMsg, InstalledMsg, Beacon, Probe, ProbeAck, Ask, AskReply,
+                              Obituary)
 }
 
 
@@ -286,6 +306,6 @@ def decode_untrusted(msg_type: MsgType, body: bytes) -> ControlMessage:
 def decode_view_message(msg_type: MsgType, body: bytes) -> ViewMessage:
     """``decode_untrusted`` for the view agreement's types only."""
     message = decode_untrusted(msg_type, body)
-    if isinstance(message, (Probe, ProbeAck, Ask, AskReply)):
+    if isinstance(message, (Probe, ProbeAck, Ask, AskReply, Obituary)):
         raise DecodeError("type", f"{msg_type.name} is not a view-agreement message")
     return message

@@ -89,6 +89,9 @@ class Params:
     defaults). 0, the default, derives it; tests may set it."""
     roster_heartbeats: bool = field(init=False, default=True)
     """Heartbeats carry the table in the roster form (``heartbeat == "roster"``)."""
+    ring_heartbeats: bool = field(init=False, default=False)
+    """Each member watches only its ring neighbourhood and verdicts are told
+    (``heartbeat == "ring"``, ``sgcs.membership.detector``)."""
     view_repeat_interval: float = field(init=False, default=0.0)
     """Seconds between two repetitions of a PROPOSE or COMMIT: ``view_timeout / view_repeats``."""
     takeover_timeout: float = field(init=False, default=0.0)
@@ -113,6 +116,7 @@ class Params:
         # raised TypeError (a bool slot was handed a float).
         set_ = object.__setattr__
         set_(self, "roster_heartbeats", self.heartbeat == "roster")
+        set_(self, "ring_heartbeats", self.heartbeat == "ring")
         set_(self, "view_repeat_interval", self.view_timeout / self.view_repeats)
         set_(self, "takeover_timeout", 2 * self.view_timeout)
         set_(self, "cut_timeout", 2 * self.view_timeout)

@@ -217,11 +217,12 @@ def _decoder_targets() -> dict[str, DecoderTarget]:
 
 def _typed_examples() -> list[ControlMessage]:
     """One well-formed message of every class in the registry (the fuzz corpus seeds)."""
-    from sgcs.membership.messages import Ask, AskReply, Beacon, Probe, ProbeAck
+    from sgcs.membership.messages import Ask, AskReply, Beacon, Obituary, Probe, ProbeAck
     examples: list[ControlMessage] = [
         Propose(TAG, 3, 1, 1, (1, 2)), Flush(TAG, 3, 1, 4, 0, ((1, 4),), 7), CommitMsg(TAG, 3, 1, 1, ((1, 0), (2, 0)),
                                                                                          ((1, 4),), ()),
-        InstalledMsg(TAG, 3, 1), Beacon(TAG, 3, 1, 0, (1, 2)), Probe(9), ProbeAck(9), Ask(2, 9), AskReply(2, 50)]
+        InstalledMsg(TAG, 3, 1), Beacon(TAG, 3, 1, 0, (1, 2)), Probe(9), ProbeAck(9), Ask(2, 9), AskReply(2, 50),
+        Obituary(2)]
     assert {type(e) for e in examples} == set(MESSAGES.values())
     return examples
 
