@@ -251,6 +251,13 @@ class GroupStack:
         """Members our agreement holds failed (the detector keeps their verdicts)."""
         return frozenset(self.agreement.failed)
 
+    def coordinator(self) -> int:
+        return self.agreement.coordinator()
+
+    def take_charge(self, now: float) -> list:
+        """Propose ourselves: our coordinator went silent while our verdict stands."""
+        return self.on_agreement(self.agreement.take_charge(now), now)
+
     def lowest_live(self, count: int, besides: tuple[int, ...]) -> list[int]:
         """The ``count`` lowest members of the view not failed, not leaving and
         not in ``besides``: the coordinator and its successors."""

@@ -183,6 +183,8 @@ class Node:
         self._drops: dict[str, int] = {}
         self.detector = FailureDetector(node_id, self.params, rng, now)
         self._watch_started = False
+        self._stall_checks: dict[str, float] = {}
+        """Ring form: group -> when to look whether our verdict led to a change (``_on_stall``)."""
 
     # ------------------------------------------------------------------ commands
 
@@ -338,6 +340,12 @@ class Node:
         out: list[Action] = []
         self._on_detector(out, self.detector.on_timeout(now), now)
         next_round = self.detector.next_round
+        if self._stall_checks:
+            for name, at in list(self._stall_checks.items()):
+                if at <= now:
+                    del self._stall_checks[name]
+                    if name in self._groups:
+                        self._on_stall(out, self._groups[name], now)
         for state in list(self._groups.values()):
             if state.flush_at is not None and state.flush_at <= now:
                 self._flush(out, state, now)
@@ -360,6 +368,9 @@ class Node:
     def next_deadline(self) -> float | None:
         """The earliest time at which ``handle_timeout`` has work, or None."""
         earliest = self.detector.next_deadline()
+        if self._stall_checks:
+            stall = min(self._stall_checks.values())
+            earliest = stall if earliest is None else min(earliest, stall)
         for state in self._groups.values():  # a plain loop: the driver asks after every call
             deadline = state.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
@@ -686,6 +697,31 @@ class Node:
                 out.append(MemberBusy(state.name, member))
         if kind is Verdict.FAILED and not event.told and self.params.ring_heartbeats:
             self._tell_verdict(out, member)
+            self._check_for_stall(member, now)
+
+    def _check_for_stall(self, member: int, now: float) -> None:
+        """Ring form: look again after a while whether a change excluded
+        ``member``; first the member whose watched predecessors all failed
+        (the first of its side of a partition), then the others, a
+        ``view_timeout`` apart (``_on_stall``)."""
+        at = now + self.params.view_timeout * (1 + self.detector.live_predecessors())
+        for state in self._groups.values():
+            if member in state.view:
+                self._stall_checks[state.name] = min(self._stall_checks.get(state.name, at), at)
+
+    def _on_stall(self, out: list[Action], state: GroupStack, now: float) -> None:
+        """Our verdict stands and no change came: if our coordinator has been
+        silent for two beacon intervals (it beacons every one), take charge."""
+        coordinator = state.coordinator()
+        if coordinator == self.id:
+            return
+        try:
+            silent = now - self.detector.heard_from(coordinator) >= 2 * self.params.beacon_interval
+        except KeyError:
+            silent = True
+        if silent:
+            self._route(out, state, state.take_charge(now))
+            self._drain(out, state, now)
 
     def _tell_verdict(self, out: list[Action], member: int) -> None:
         """Ring form: our verdict on ``member`` to the lowest live members of

@@ -31,10 +31,14 @@ APPLIES = {"fifo": ("1_duplicate", "2_fifo", "5_virtual_synchrony", "6_loss_amon
                     "7_rolled_back_delivered", "7_outside_optimistic_view")}
 
 
-@pytest.mark.parametrize("order, seed", [("fifo", 3), ("total", 5), ("causal", 8)])
+@pytest.mark.parametrize("order, seed, heartbeat", [("fifo", 3, "roster"), ("total", 5, "roster"),
+                                                    ("causal", 8, "roster"), ("fifo", 3, "ring"), ("total", 5, "ring")])
 def test_every_invariant_holds_through_churn_and_a_partition(tmp_path: Path, scenario_file: Callable[..., Path],
-                                                             order: str, seed: int) -> None:
+                                                             order: str, seed: int, heartbeat: str) -> None:
+    """Both kinds of detector: the whole table (roster form), and ring
+    neighbourhoods whose verdicts are told to the coordinator."""
     source = scenario_file("churn", seed=seed, nodes=14, duration=24.0, network=NETWORK,
+                           protocol={"heartbeat": heartbeat},
                            groups=[group(order=order, rate=25.0, size=64)], faults=CHURN)
     scenario = load_scenario(source)
     simulate(scenario, tmp_path / "run", progress=False)

@@ -776,6 +776,19 @@ class ViewAgreement:
         self.failed |= {m for m in missing if m in self.view}
         return self.reconsider(now) if missing else []
 
+    def take_charge(self, now: float) -> list[AgreementOut]:
+        """Our own verdict on a member stands, no change excluding it came, and
+        our coordinator has been silent to us: a partition may have cut us off
+        from it and from everyone below us, whom no member on our side watches
+        (the ring form of the detector). Propose what we want ourselves: members
+        answer a proposal of a higher epoch from any member of their view, and
+        those that do not answer are left out of the next attempt."""
+        if self.accepted is not None or self.committing is not None or self.coordination is not None:
+            return []
+        if not any(m in self.failed for m in self.view.members):
+            return []
+        return self._propose(tuple(sorted(self.wanted())), now)
+
     def _take_over(self, now: float) -> list[AgreementOut]:
         """No commit came: the coordinator may be gone. The lowest other live
         member of the proposal that we know takes over and proposes what it

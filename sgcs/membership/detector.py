@@ -253,6 +253,12 @@ class FailureDetector:
         self._retell.pop(member, None)
         self.grace_from[i] = self._ms(now + self.suspect_timeout())
 
+    def live_predecessors(self) -> int:
+        """Ring form: how many of the members we watch (the K before us) are
+        not failed; 0 when all of them are (we are the first of our side of a
+        partition)."""
+        return sum(1 for i in self._watched.tolist() if int(self.ids[i]) not in self.failed)
+
     def suspect_timeout(self) -> float:
         return self.params.suspect_timeout(len(self.ids))
 
