@@ -4,10 +4,13 @@ and crash detection and false suspicions at N = 256 with 5% loss.
 Usage::
 
     python benchmarks/heartbeat_bytes.py [--sizes 16,64,256,1024,4096] [--seconds 10] [--seeds 21,22,23]
+        [--forms roster,pairs,ring]
 
 Part 1 runs the simulator with N nodes in one FIFO group (1 message a second,
 so heartbeats are nearly all that flows), no loss, for ``--seconds``, once per
-``Config.heartbeat`` form (``roster``: 2 bytes a member; ``pairs``: 10), and
+``Config.heartbeat`` form (``roster``: the whole table, 2 bytes a member;
+``pairs``: the whole table, 10 bytes a member; ``ring``: ceil(log2 N) + 1
+counters of 10 bytes, the sender's neighbourhood), and
 reads the heartbeat bytes sent (datagram sizes, header and MAC included) from
 the trace's ``net`` table after a 3 s warm-up. The exponent is the slope of
 log(bytes per member per second) against log N (least squares).
@@ -40,7 +43,7 @@ import simulations.run as sim_run  # noqa: E402
 from benchmarks.membership import measure  # noqa: E402
 from simulations.scenario import build_scenario  # noqa: E402
 
-FORMS = ("roster", "pairs")
+FORMS = ("roster", "pairs", "ring")
 WARM_UP = 3.0
 CRASH_SCENARIO = ROOT / "simulations" / "scenarios" / "membership-crash-256.toml"
 
@@ -82,28 +85,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--seeds", default="21,22,23")
     parser.add_argument("--skip-crash", action="store_true")
+    parser.add_argument("--forms", default=",".join(FORMS), help="Config.heartbeat forms to measure")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    forms = tuple(args.forms.split(","))
+    unknown = [form for form in forms if form not in FORMS]
+    if unknown:
+        parser.error(f"unknown form {unknown[0]!r}: choose from {', '.join(FORMS)}")
     with tempfile.TemporaryDirectory(prefix="sgcs-heartbeat-") as tmp:
         work = Path(tmp)
-        print("| N | " + " | ".join(f"{form}: bytes/member/s (wall s)" for form in FORMS) + " |")
-        print("|---:|" + "---:|" * len(FORMS))
-        rates: dict[str, list[float]] = {form: [] for form in FORMS}
+        print("| N | " + " | ".join(f"{form}: bytes/member/s (wall s)" for form in forms) + " |")
+        print("|---:|" + "---:|" * len(forms))
+        rates: dict[str, list[float]] = {form: [] for form in forms}
         for n in sizes:
             cells = []
-            for form in FORMS:
+            for form in forms:
                 rate, wall = heartbeat_rate(n, form, args.seconds, work)
                 rates[form].append(rate)
                 cells.append(f"{rate:,.0f} ({wall:.0f})")
             print(f"| {n:,} | " + " | ".join(cells) + " |", flush=True)
-        for form in FORMS:
+        for form in forms:
             slope = np.polyfit(np.log(sizes), np.log(rates[form]), 1)[0] if len(sizes) > 1 else float("nan")
             print(f"{form}: bytes per member per second ~ N^{slope:.2f}")
         if args.skip_crash:
             return 0
         print("\n| form | seed | first suspicion s | exclusion median / max s | never excluded | suspicions | "
               "live exclusions |\n|---|---:|---:|---|---:|---:|---:|")
-        for form in FORMS:
+        for form in forms:
             rows = [crash_run(form, int(seed), work) for seed in args.seeds.split(",")]
             for seed, r in zip(args.seeds.split(","), rows):
                 print(f"| {form} | {seed} | {r['first_suspicion_s']:.2f} | {r['exclusion_median_s']:.2f} / "

@@ -79,6 +79,24 @@ def test_only_the_members_before_us_are_suspected() -> None:
     assert suspected == {10 - k for k in range(1, ring_width(n) + 1)}
 
 
+def test_a_member_watched_from_a_view_change_on_gets_one_suspect_timeout_of_grace() -> None:
+    d = detector(10, range(32))
+    late = d.suspect_timeout() * 3
+    for member in range(32):
+        if member != 4:
+            d.heard(member, late)  # 4, watched from the next view on, was last heard at the start
+    d.set_members(set(range(32)) - {9}, late)  # our predecessor left: 10 now watches 4 .. 8, not 5 .. 9
+    assert d._watched_ids() == [4, 5, 6, 7, 8]
+    for now in (late + 0.01, late + d.suspect_timeout() + 0.01):
+        for member in set(range(32)) - {4, 9}:
+            d.heard(member, now)
+        d._next_round = now
+        assert not verdicts(d.on_timeout(now)), f"no suspicion within the grace, at {now}"
+    now = late + 2 * d.suspect_timeout() + 0.01
+    d._next_round = now
+    assert (Verdict.SUSPECT, 4, False) in verdicts(d.on_timeout(now)), "one timeout after the grace"
+
+
 def test_the_ask_stage_asks_the_suspects_other_watchers_nearest_first() -> None:
     d = detector(12, range(32))  # 12 watches 7 .. 11
     assert d._neighbours(10) == [11, 13, 14]

@@ -66,9 +66,16 @@ three-stage survival signal).
   ones (the node picks them), and told again every suspect timeout while
   the member is still in a view; a receiver that heard from the member
   itself within a suspect timeout does not take it. Every member runs the
-  same three stages for its own neighbourhood, so the detection time is the
-  whole-table detector's, at O(log N) bytes per member per round instead of
-  O(N), and O(log N) work per round instead of O(N).
+  same three stages for its own neighbourhood with the same timeout, at
+  O(log N) bytes per member per round instead of O(N), and O(log N) work
+  per round instead of O(N); its watchers' news is fresher than news that
+  crossed the whole hypercube, so it is found sooner, and suspected falsely
+  less often (``benchmarks/README.md``). Members newly watched after a view
+  change get one suspect timeout of grace. In a partition, no member on the
+  side without the coordinator watches the members below it; the node
+  then lets a watcher whose verdict stands, and whose coordinator fell
+  silent, propose the change itself (``Node._on_stall``,
+  ``ViewAgreement.take_charge``).
 
 Outputs are ``FdSend`` (a body for one member) and ``FdEvent`` (suspect,
 unsuspect, busy, failed); the node seals, addresses and routes them.
@@ -207,6 +214,7 @@ class FailureDetector:
         roster = roster_of(members).with_member(self.me)  # shared, read-only ids and index
         if roster.index is self._index:
             return
+        watched_before = set(self._watched_ids())
         self._roster_tag = roster.tag
         ids = roster.ids
         counters = np.zeros(len(ids), dtype=np.uint16)
@@ -232,6 +240,12 @@ class FailureDetector:
         self.failed = {m for m in self.failed if m in self._index}
         self._retell = {m: t for m, t in self._retell.items() if m in self.failed}
         self._place_in_ring()
+        for i in self._watched.tolist():
+            if int(self.ids[i]) not in watched_before:  # watched from now on: our news of it may be old
+                self.grace_from[i] = max(int(self.grace_from[i]), self._ms(now + self.suspect_timeout()))
+
+    def _watched_ids(self) -> list[int]:
+        return [int(self.ids[i]) for i in self._watched.tolist()] if len(self._watched) else []
 
     def _place_in_ring(self) -> None:
         """Ring form: who we watch and what our heartbeat carries."""
