@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ["tests/test_node.py", "tests/test_membership_properties.py"]
 MACHINES = "adversarial or membership_network"
-MACHINE_COUNT = 9
+MACHINE_COUNT = 10
 """Machines the selection runs: 4 adversarial orders and 2 membership orders,
-and the total and safe orders (adversarial) and total order (membership) with
-promises by gossip."""
+the total and safe orders (adversarial) and total order (membership) with
+promises by gossip, and FIFO membership with the ring form of the detector."""
 
 
 def run_round(seed: int, examples: int) -> tuple[bool, str]:

@@ -413,6 +413,10 @@ test_membership_network_total = _explore(
 test_membership_network_total_gossip_promises = _explore(
     type("MembershipNetworkTotalGossip", (MembershipNetwork,),
          {"ORDER": Order.TOTAL, "CONFIG": dataclasses.replace(CONFIG, promises="gossip")}), 20).TestCase
+test_membership_network_ring = _explore(
+    type("MembershipNetworkRing", (MembershipNetwork,),
+         {"CONFIG": dataclasses.replace(CONFIG, heartbeat="ring")}), 40).TestCase
+"""The ring form of the detector: verdicts told, and a watcher takes charge when its coordinator falls silent."""
 
 
 # ---------------------------------------------------------------------- scripted scenarios

@@ -253,6 +253,30 @@ def test_a_stability_announcement_of_our_roster_is_taken_and_a_lagging_one_answe
     assert (answer.dst, answer.roster, answer.entries) == (3, tag, ((1, 1),))
 
 
+@pytest.mark.parametrize("known_stable", [False, True])
+def test_a_newcomer_whose_copy_starts_at_the_cut_takes_part_in_that_streams_all_reduce(known_stable: bool) -> None:
+    """A message of the old view still unstable at the change: the newcomer
+    holds the stream from the cut on and keeps no state for it, so it used to
+    ignore the stream's floors and its successors never learnt it; the
+    message stayed unstable at its sender, whose total order then waited
+    (membership-churn-total.toml, seed 51: no delivery in the last 15 s).
+    A member that knows the stream stable that far stays out."""
+    members = tuple(range(100))
+    tag = roster_of(members).tag
+    newcomer = ReliableStream(99, members, Params(gossip_interval=0.1, max_members=4_096), random.Random(9), 0.0)
+    newcomer.set_members(members, starts={96: 4})  # the cut: 96's stream up to 4 is the old view's
+    if known_stable:
+        newcomer._stable[96] = 4
+    newcomer.on_digest(98, (), 0.05, Aggregate(0, tag, ((96, 3),), 0, 1, FULL))  # our level-0 predecessor
+    digests = [o for o in newcomer.on_timeout(0.2) if isinstance(o, OutDigest)]
+    told = {d.dst: dict(d.aggregate.floors).get(96) for d in digests}
+    if known_stable:
+        assert set(told.values()) <= {None, 4}, "no stability state taken up for a stream known stable"
+    else:
+        assert told[0] == 4, "level 0: how far we hold it ourselves"
+        assert told[1] == 3, "level 1: the least of ours and our predecessor's"
+
+
 def test_own_messages_unstable_for_two_cycles_ask_the_predecessors() -> None:
     """Promises by gossip wait on our oldest own unstable message; if a
     predecessor's last update of our stream was lost (it retired the stream

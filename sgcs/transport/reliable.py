@@ -699,12 +699,24 @@ class ReliableStream:
                 lagging.append((sender, known[sender]))
             row = levels.get(sender)
             before = row[k] if row is not None else 0
-            # a floor is news only for a stream we hold unstable (or have not
-            # received yet: the delta will not come again), or whose changes
-            # we still have to pass on
-            if floor > before and (store.get(sender) or sender in unsent or self._contig_of(sender) < floor):
+            # a floor is news for a stream we hold unstable (or have not
+            # received yet: the delta will not come again), whose changes we
+            # still have to pass on, or that we hold with no stability state
+            # and do not know stable that far: a newcomer whose copy starts
+            # at a view change's cut, or a member that retired the stream and
+            # forgot its stable prefix. Those take part again, with what they
+            # hold: without them the successors they feed never learn the
+            # floor (100 nodes with churn, membership-churn-total.toml: a
+            # message of the old view stayed unstable at its sender, and the
+            # total order waited on its promise for the last 15 s).
+            held = self._contig_of(sender) >= floor
+            rejoined = row is None and held and not store.get(sender) and sender not in unsent
+            if floor > before and (store.get(sender) or sender in unsent or not held
+                                   or rejoined and self._stable.get(sender, 0) < floor):
                 if row is None:
                     row = levels[sender] = [0] * self._depth
+                    if rejoined:
+                        self._emptied.add(sender)  # retires again once its changes went out
                 row[k] = floor
                 self._note_floors(sender, self._contig_of(sender), self._stable.get(sender, 0), k, before)
                 if before > others_floor.get(sender, 0):
@@ -734,17 +746,25 @@ class ReliableStream:
         messages stayed unstable for two cycles, ``_ask_if_stuck``), or lags."""
         if self._roster is None or roster != self._roster.tag or src not in self._index:
             return []
-        store, unsent, others_floor, known = self._store, self._unsent, self._others_floor, self._known_stable
+        store, unsent, others_floor = self._store, self._unsent, self._others_floor
         better: list[Ack] = []
         for sender, high in entries:
             if sender not in self._index:
                 continue
-            if known.get(sender, 0) > high:
-                better.append((sender, known[sender]))
+            known = self._held_by_all(sender)
+            if known > high:
+                better.append((sender, known))
             elif high > others_floor.get(sender, 0) and (store.get(sender) or sender in unsent):
                 others_floor[sender] = high
                 self._gc_senders.add(sender)
         return [OutStable(src, roster, tuple(better))] if better else []
+
+    def _held_by_all(self, sender: int) -> int:
+        """How far every member holds ``sender``'s stream, as far as we know:
+        what this view's all-reduce found, or our stable prefix, which a view
+        change keeps (the members that stay held it, and a newcomer's copy of
+        the stream starts after the cut)."""
+        return max(self._known_stable.get(sender, 0), self._stable.get(sender, 0))
 
     def _ask_if_stuck(self, depth: int) -> list[Out]:
         """Promises by gossip: our oldest own message unstable for two cycles
