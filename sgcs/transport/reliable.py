@@ -709,22 +709,25 @@ class ReliableStream:
             # floor (100 nodes with churn, membership-churn-total.toml: a
             # message of the old view stayed unstable at its sender, and the
             # total order waited on its promise for the last 15 s).
-            held = self._contig_of(sender) >= floor
-            rejoined = row is None and held and not store.get(sender) and sender not in unsent
-            if floor > before and (store.get(sender) or sender in unsent or not held
-                                   or rejoined and self._stable.get(sender, 0) < floor):
-                if row is None:
-                    row = levels[sender] = [0] * self._depth
-                    if rejoined:
-                        self._emptied.add(sender)  # retires again once its changes went out
-                row[k] = floor
-                self._note_floors(sender, self._contig_of(sender), self._stable.get(sender, 0), k, before)
-                if before > others_floor.get(sender, 0):
-                    continue  # another level holds the minimum: it did not move
-                others = min(row)
-                if others > others_floor.get(sender, 0):
-                    others_floor[sender] = others
-                    self._gc_senders.add(sender)
+            if floor <= before:
+                continue
+            rejoined = False
+            if not store.get(sender) and sender not in unsent and self._contig_of(sender) >= floor:
+                if row is not None or self._stable.get(sender, 0) >= floor:
+                    continue
+                rejoined = True
+            if row is None:
+                row = levels[sender] = [0] * self._depth
+                if rejoined:
+                    self._emptied.add(sender)  # retires again once its changes went out
+            row[k] = floor
+            self._note_floors(sender, self._contig_of(sender), self._stable.get(sender, 0), k, before)
+            if before > others_floor.get(sender, 0):
+                continue  # another level holds the minimum: it did not move
+            others = min(row)
+            if others > others_floor.get(sender, 0):
+                others_floor[sender] = others
+                self._gc_senders.add(sender)
         return tuple(lagging), reply
 
     def _in_sequence(self, level: int, aggregate: Aggregate) -> bool:
