@@ -41,6 +41,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sgcs.node",
     "sgcs.group",
     "sgcs.membership.synchrony",
+    "sgcs.membership.detector",
+    "sgcs.membership.agreement",
     "sgcs.transport.params",
     "sgcs.transport.records",
     "sgcs.transport.reliable",
