@@ -266,9 +266,8 @@ class Node:
         if len(self._groups) == 1:
             self.detector.note_multicast(now)  # every watched member hears from us directly
         if self.trace:  # the test here spares the hot path building the keywords
-            self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
-                        view_id=(optimistic or state.view).view_id, optimistic=optimistic is not None,
-                        size=len(payload))
+            out.append(_message_row("send", group, self.id, seq, state.order.value,
+                                    (optimistic or state.view).view_id, optimistic is not None, len(payload), None))
         state.queue(outputs, now)  # flushed by handle_timeout, with whatever else is sent meanwhile
         state.accept_own(seq, outputs, payload)
         if state.events:
@@ -781,9 +780,8 @@ class Node:
         self._counts["delivered"] += 1
         out.append(tuple.__new__(Deliver, (message.sender, message.seq, message.payload, view_id, state.name, dest)))
         if self.trace:
-            self._trace(out, "deliver", group=state.name, sender=message.sender, seq=message.seq,
-                        order=state.order.value, view_id=view_id, optimistic=False, size=len(message.payload),
-                        dest=dest)
+            out.append(_message_row("deliver", state.name, message.sender, message.seq, state.order.value, view_id,
+                                    False, len(message.payload), dest))
 
     def _flush(self, out: list[Action], state: GroupStack, now: float) -> None:
         self._route(out, state, state.take_outbox(now))
@@ -830,6 +828,13 @@ class Node:
     def _trace(self, out: list[Action], kind: str, **fields: object) -> None:
         if self.trace:
             out.append(TraceEvent(kind, **fields))  # type: ignore[arg-type]
+
+
+def _message_row(kind: str, group: str, sender: int, seq: int, order: str, view_id: str, optimistic: bool,
+                 size: int, dest: int | None) -> TraceEvent:
+    """A ``send`` or ``deliver`` row, built as a tuple (C): one per message per member."""
+    return tuple.__new__(TraceEvent, (kind, group, sender, seq, order, view_id, None, optimistic, None, size, dest,
+                                      None))
 
 
 def _check_group_name(name: str) -> None:

@@ -711,9 +711,10 @@ class ReliableStream:
             # total order waited on its promise for the last 15 s).
             if floor <= before:
                 continue
+            contig, low = self._contig_of(sender), self._stable.get(sender, 0)  # each looked up once
             rejoined = False
-            if not store.get(sender) and sender not in unsent and self._contig_of(sender) >= floor:
-                if row is not None or self._stable.get(sender, 0) >= floor:
+            if contig >= floor and not store.get(sender) and sender not in unsent:
+                if row is not None or low >= floor:
                     continue
                 rejoined = True
             if row is None:
@@ -721,11 +722,12 @@ class ReliableStream:
                 if rejoined:
                     self._emptied.add(sender)  # retires again once its changes went out
             row[k] = floor
-            self._note_floors(sender, self._contig_of(sender), self._stable.get(sender, 0), k, before)
-            if before > others_floor.get(sender, 0):
+            self._mark_floors(sender, row, contig, contig, low, low, k, before)
+            known_floor = others_floor.get(sender, 0)
+            if before > known_floor:
                 continue  # another level holds the minimum: it did not move
             others = min(row)
-            if others > others_floor.get(sender, 0):
+            if others > known_floor:
                 others_floor[sender] = others
                 self._gc_senders.add(sender)
         return tuple(lagging), reply
@@ -897,8 +899,9 @@ class ReliableStream:
                 unsent.pop(sender, None)
         if not full:
             senders = [s for s in senders if s in self._index]
-        floors = tuple([(sender, self._floor_at(sender, level)) for sender in senders])
-        entries = tuple([(s, self._contig_of(s)) for s in senders]) if self.params.gossip_enabled else ()
+        contigs = [self._contig_of(s) for s in senders]
+        floors = tuple([(s, self._floor_at(s, level, c)) for s, c in zip(senders, contigs)])
+        entries = tuple(zip(senders, contigs)) if self.params.gossip_enabled else ()
         seq = self._sent_seq[level] = (self._sent_seq[level] + 1) % SEQ_MODULUS
         self._sent_clocks[level] = clock
         assert self._roster is not None
@@ -926,13 +929,14 @@ class ReliableStream:
         has been heard)."""
         return min(self._promise_clock(), *self._clock_levels) if self._clock_levels else self._promise_clock()
 
-    def _floor_at(self, sender: int, level: int) -> int:
+    def _floor_at(self, sender: int, level: int, contig: int) -> int:
         """The floor of ``sender`` at ``level``: the lowest number held by the
         2**level members ending at us. Our stable prefix bounds it from below:
         every member of the view holds that much. (A member that learnt
         stability from the ACK matrix, before the all-reduce completed, must
-        still pass it on: the others may depend on the gossip alone.)"""
-        low, running = self._stable.get(sender, 0), self._contig_of(sender)
+        still pass it on: the others may depend on the gossip alone.)
+        ``contig``: how far we hold it (``_contig_of``, which the caller has)."""
+        low, running = self._stable.get(sender, 0), contig
         if level:
             row = self._levels.get(sender)
             if row is None:
@@ -951,12 +955,19 @@ class ReliableStream:
         ``level``, the value our predecessor there gave (from
         ``value_before``). Mark each level whose floor changed, for its next
         digest. One pass computes the floors before and after side by side."""
+        if self._depth:  # else alone: no partner to tell
+            self._mark_floors(sender, self._levels.get(sender), contig_before, self._contig_of(sender), low_before,
+                              self._stable.get(sender, 0), level, value_before)
+
+    def _mark_floors(self, sender: int, row: list[int] | None, contig_before: int, contig: int, low_before: int,
+                     low: int, level: int, value_before: int) -> None:
+        """``_note_floors`` with the sender's state at hand (its row, how far
+        we hold it, its stable prefix): each dict is looked up once per floor
+        merged, and at 10,000 nodes every lookup is a cache miss."""
         depth = self._depth
         if not depth:
-            return  # alone: no partner to tell
-        row = self._levels.get(sender)
-        low = self._stable.get(sender, 0)
-        old_running, new_running = contig_before, self._contig_of(sender)
+            return
+        old_running, new_running = contig_before, contig
         mask = 0
         for k in range(depth):
             if k:
