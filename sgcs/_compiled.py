@@ -38,6 +38,7 @@ from types import ModuleType
 
 NATIVE_MODULES: tuple[str, ...] = (
     "sgcs.wire",
+    "sgcs.security",
     "sgcs.node",
     "sgcs.group",
     "sgcs.membership.synchrony",

@@ -368,12 +368,18 @@ class GroupStack:
             self.delivered_high = {m: s for m, s in self.delivered_high.items() if m in self.view}
 
     def _on_beacon(self, src: int, msg: Beacon, now: float) -> list[AgreementOut]:
-        members = set(msg.members) or {src}
         if msg.order_code != ORDER_CODES.index(self.order) or src in self.rejected:
             return []
         known = self.incarnations.get(src)
         self._note_incarnation(src, msg.incarnation)
-        if src in self.view.members:
+        if msg.epoch == self.view.epoch and (msg.members is self.view.members or msg.members == self.view.members) \
+                and src in self.view:
+            # the usual beacon: our own view, listed as we list it (a tuple
+            # comparison, not a set and a sort of 10,000 ids per member per beacon)
+            self.confirmed_beacon = (src, msg.incarnation, msg.epoch)
+            return []
+        members = set(msg.members) or {src}
+        if src in self.view:
             if msg.epoch == self.view.epoch and tuple(sorted(members)) == self.view.members:
                 self.confirmed_beacon = (src, msg.incarnation, msg.epoch)
                 return []

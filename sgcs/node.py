@@ -31,6 +31,7 @@ are framed here (``group.py``) into datagrams of at most ``max_datagram``.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, cast
@@ -55,8 +56,8 @@ from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack
 from .membership.agreement import View
 from .membership.roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdSend, Verdict
-from .membership.messages import Ask, AskReply, Obituary, Probe, ViewMessage, decode_untrusted, decode_view_message, \
-    encode
+from .membership.messages import Ask, AskReply, Beacon, Obituary, Probe, ViewMessage, decode_untrusted, \
+    decode_view_message, encode
 from .security import ReplayWindow, Sealer
 from .transport.params import Params
 from .transport.records import Message, Record
@@ -472,6 +473,8 @@ class Node:
         if cached is not None:
             return cast(ViewMessage, cached)
         decoded = decode_view_message(header.msg_type, body)
+        if type(decoded) is Beacon and decoded.members:
+            decoded = _interned_beacon(decoded)
         memo.keep(body, header.msg_type, decoded)
         return decoded
 
@@ -828,6 +831,16 @@ class Node:
     def _trace(self, out: list[Action], kind: str, **fields: object) -> None:
         if self.trace:
             out.append(TraceEvent(kind, **fields))  # type: ignore[arg-type]
+
+
+def _interned_beacon(beacon: Beacon) -> Beacon:
+    """``beacon`` listing its members by their roster's own tuple when it is
+    one (sorted, no duplicates): each of the coordinator's 10,000 receivers
+    then finds its view in it by identity, not by comparing 10,000 ids."""
+    members = roster_of(beacon.members).members
+    if members is beacon.members or members != beacon.members:
+        return beacon
+    return dataclasses.replace(beacon, members=members)
 
 
 def _message_row(kind: str, group: str, sender: int, seq: int, order: str, view_id: str, optimistic: bool,
