@@ -807,6 +807,9 @@ class ViewAgreement:
         return []
 
     def next_deadline(self) -> float | None:
+        if self.coordination is None and self._reconsider_at is None and \
+                (self.committing is not None or self.commit_wait is None):
+            return None  # the usual case, between view changes: the driver asks after every event
         deadlines = [d for d in (self.commit_wait if self.committing is None else None, self._reconsider_at)
                      if d is not None]
         if self.coordination is not None:

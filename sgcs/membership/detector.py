@@ -464,6 +464,8 @@ class FailureDetector:
     def next_deadline(self) -> float | None:
         if len(self.ids) < 2:
             return None
+        if not self.suspects:
+            return self._next_round  # the usual case; the driver asks after every event
         return min([self._next_round, *(c.due for c in self.suspects.values())])
 
     # ------------------------------------------------------------------ rounds
