@@ -38,7 +38,7 @@ import hmac
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .wire import Flag, MsgType, derive_key, seal
+from .wire import derive_key, seal
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -99,7 +99,9 @@ class Sealer:
         self.boot = boot
         self.counter = 0
 
-    def seal(self, msg_type: MsgType, flags: Flag, body: bytes) -> bytes:
+    def seal(self, msg_type: int, flags: int, body: bytes) -> bytes:
+        """``msg_type`` a ``MsgType``, ``flags`` ``Flag`` bits (plain ints accepted: compiled, the
+        annotation is checked at run time)."""
         self.counter += 1
         return seal(self.key, msg_type, flags, self.sender, body, self.boot, self.counter, self.cipher)
 

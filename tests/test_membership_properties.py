@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-from dataclasses import fields
 from typing import Callable
 
 import pytest
@@ -56,7 +55,7 @@ MAX_NODES = 6
 LATENCY = 0.001
 """One-way delay of the lossless network (calm spells and the final convergence)."""
 CONVERGE_WITHIN = 30.0
-_TRACE_FIELDS = [f.name for f in fields(TraceEvent)]
+_TRACE_FIELDS = list(TraceEvent._fields)
 
 Message = tuple[int, int]  # (sender, seq)
 Lose = Callable[[int, int, MsgType], bool]  # (src, dst, type) -> the datagram is lost

@@ -358,7 +358,7 @@ def test_changed_floor_levels_are_exactly_those_whose_floor_moved(depth: int, da
     stream._stable[sender] = data.draw(values)
     if data.draw(st.booleans()):
         stream._levels[sender] = data.draw(st.lists(values, min_size=depth, max_size=depth))
-    before = [stream._floor_at(sender, level) for level in range(depth)]
+    before = [stream._floor_at(sender, level, stream.contig_of(sender)) for level in range(depth)]
     contig_before, low_before = inbound.contig, stream._stable[sender]
     what = data.draw(st.sampled_from(["contig", "low", "level"]))
     level, value_before = -1, 0
@@ -371,7 +371,7 @@ def test_changed_floor_levels_are_exactly_those_whose_floor_moved(depth: int, da
         row = stream._levels.setdefault(sender, [0] * depth)
         value_before = row[level]
         row[level] += data.draw(st.integers(0, 3))
-    after = [stream._floor_at(sender, k) for k in range(depth)]
+    after = [stream._floor_at(sender, k, stream.contig_of(sender)) for k in range(depth)]
     stream._unsent.clear()
     stream._note_floors(sender, contig_before, low_before, level, value_before)
     expected = sum(1 << k for k in range(depth) if before[k] != after[k])
