@@ -762,7 +762,11 @@ class GroupStack:
     def next_deadline(self) -> float | None:
         earliest = self.stream.next_deadline()
         for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline(), self._request_at,
-                         self.agreement.next_deadline(), self.sync.deadline if self.completing() else None):
+                         self.agreement.next_deadline()):
+            if deadline is not None and (earliest is None or deadline < earliest):
+                earliest = deadline
+        if self.sync.completing:
+            deadline = self.sync.deadline
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
         return earliest

@@ -1024,6 +1024,13 @@ class ReliableStream:
         return [OutNull(sender, ((sender, high),)) for sender, high in acks]
 
     def next_deadline(self) -> float | None:
+        if not self._nacking and not self._reassembling:  # the usual case: the driver asks after every event
+            gossip = self._next_gossip if self._buffered or self._unsent or self._retired or self.promise_gossip \
+                else None
+            ack = self._ack_at
+            if gossip is None or ack is None:
+                return ack if gossip is None else gossip
+            return ack if ack < gossip else gossip
         deadlines = [i.nack_at for i in self._nacking.values() if i.nack_at is not None]
         if self._buffered or self._unsent or self._retired or self.promise_gossip:
             deadlines.append(self._next_gossip)  # lately retired: the partners see every digest number
