@@ -947,6 +947,37 @@ def test_a_member_left_out_by_a_commit_it_missed_learns_it_from_a_non_coordinato
     assert state.view.members == (5,), "left out: alone, to merge back by beacons"
 
 
+def test_a_beacon_of_our_own_view_is_confirmed_by_identity() -> None:
+    """The decoder lists a beacon's members by the roster's own tuple when
+    they are one (sorted, no duplicates), so each receiver finds its view in
+    it by identity; any other list is left as it came, and a beacon of our
+    own view, by either path, confirms it."""
+    import random as random_module
+
+    from sgcs.config import Config, Order
+    from sgcs.group import GroupStack
+    from sgcs.membership.messages import Beacon
+    from sgcs.membership.roster import roster_of
+    from sgcs.node import _interned_beacon
+    from sgcs.wire import ORDER_CODES
+
+    state = GroupStack("g", Order.FIFO, 5, (4, 5, 6), Params.of(Config(secret=b"unit-test-secret")),
+                       random_module.Random(5), 0.0)
+    code = ORDER_CODES.index(Order.FIFO)
+    listed = Beacon(state.tag, state.view.epoch, 7, code, tuple([4, 5, 6]))  # a decoded list: another tuple
+    assert listed.members is not state.view.members
+    interned = _interned_beacon(listed)
+    assert interned.members is roster_of((4, 5, 6)).members is state.view.members
+    assert interned == listed, "only the tuple object changes"
+    unsorted = Beacon(state.tag, state.view.epoch, 7, code, (6, 4, 5))
+    assert _interned_beacon(unsorted) is unsorted
+    for beacon in (interned, listed, unsorted):
+        state.confirmed_beacon = None
+        assert state.on_control(4, beacon, 0.1) == []
+        assert state.confirmed_beacon == (4, 7, state.view.epoch)
+        assert state.view.members == (4, 5, 6)
+
+
 def test_views_made_by_another_incarnation_have_other_names() -> None:
     """A restarted process starts again from epoch 0, so two restarted members
     that merge again make (epoch, members) of an older view: the maker's
