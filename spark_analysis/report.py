@@ -25,6 +25,10 @@ Where the report goes: ``RUN/report/`` for one run. Several runs are one
 comparison that belongs to none of them, so they need ``out``: a UsageError
 says so rather than writing into the first run's directory.
 
+After that first job, the others run two at a time (``CONCURRENT_JOBS``,
+from threads: Spark runs jobs submitted from several threads side by side),
+and the metrics keep the fixed order of ``SECTIONS`` whichever ends first.
+
 ``progress(label)`` is called before each job, for the command's progress
 display. ``headline(metrics)`` gives the few figures the command prints.
 """
@@ -47,6 +51,12 @@ from .readers import check_run
 
 DIGITS = 6
 Progress = Callable[[str], None]
+SECTIONS = ("meta", "rows", "latency", "reliability", "invariants", "detection", "load", "views", "occupancy")
+CONCURRENT_JOBS = 2
+"""Jobs submitted to Spark at once. A job of a small trace is mostly the driver's work (planning,
+Py4J calls, Java code warming up) with short task bursts between; two at a time fill both the
+driver and the executor cores. The default run's first analysis: 11.0 s one at a time, 9.3 to
+9.6 s two at a time; three gained nothing more (benchmarks/README.md, "Session 17")."""
 
 
 def _pandas(frame: Any) -> Any:
@@ -250,9 +260,21 @@ class _Jobs:
                  if run in recorded else "not recorded")
 
     def run_all(self) -> None:
-        for job in (self.meta_and_rows, self.latency, self.reliability, self.invariants, self.detection,
-                    self.load, self.views, self.occupancy):
-            job()
+        self.meta_and_rows()  # first: it fills the events' cache and tells the invariants what to skip
+        jobs = (self.invariants, self.reliability, self.detection, self.views, self.latency, self.load,
+                self.occupancy)  # the longest first, so the two lanes end together
+        with ThreadPoolExecutor(max_workers=CONCURRENT_JOBS, thread_name_prefix="sgcs-jobs") as pool:
+            running = [pool.submit(job) for job in jobs]
+            try:
+                for job_done in running:
+                    job_done.result()
+            except BaseException:
+                for job_done in running:
+                    job_done.cancel()
+                raise
+        # the sections in a fixed order, whichever job ended first
+        self.metrics = {run: {key: found[key] for key in SECTIONS if key in found}
+                        for run, found in self.metrics.items()}
         self.events.unpersist()
 
 
