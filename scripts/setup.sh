@@ -43,5 +43,5 @@ fi
 .venv/bin/python -m compileall -q -j 0 sgcs simulations spark_analysis >/dev/null
 # A class-data-sharing archive of the classes Spark loads (spark_analysis/class_archive.py):
 # the JVM of `sgcs analyze` starts in half the time. Built once per Java and pyspark, about 30 s.
-.venv/bin/python -m spark_analysis.class_archive \
+.venv/bin/python -m spark_analysis.build_class_archive \
     || echo "setup: no Spark class archive; sgcs analyze starts its JVM without it (slower)" >&2

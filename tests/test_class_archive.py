@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from spark_analysis import class_archive  # noqa: E402
+from spark_analysis import build_class_archive, class_archive  # noqa: E402
 from spark_analysis.session import SMALL_INPUT_JVM, driver_java_options  # noqa: E402
 
 
@@ -18,6 +18,7 @@ from spark_analysis.session import SMALL_INPUT_JVM, driver_java_options  # noqa:
 def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "share" / "spark-classes-0123.jsa"
     monkeypatch.setattr(class_archive, "archive_path", lambda: path)
+    monkeypatch.setattr(build_class_archive, "archive_path", lambda: path)
     monkeypatch.delenv(class_archive.ENV_SWITCH, raising=False)
     return path
 
@@ -44,7 +45,7 @@ def test_the_archive_build_replaces_the_use_of_it(archive: Path) -> None:
 def _child(writes: bytes | None, code: int) -> Any:
     """A stand-in for the child process that dumps the archive: writes ``writes`` to the partial file."""
     def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        assert argv[1:4] == ["-m", "spark_analysis.class_archive", "--dump"]
+        assert argv[1:4] == ["-m", "spark_analysis.build_class_archive", "--dump"]
         if writes is not None:
             Path(argv[4]).write_bytes(writes)
         return subprocess.CompletedProcess(argv, code, "", "java.lang.OutOfMemoryError: Java heap space\n")
@@ -55,8 +56,8 @@ def _child(writes: bytes | None, code: int) -> Any:
 def test_a_failed_build_leaves_no_archive_and_says_why(archive: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str],
                                                        writes: bytes | None, code: int) -> None:
-    monkeypatch.setattr(class_archive.subprocess, "run", _child(writes, code))
-    assert class_archive.build() is None
+    monkeypatch.setattr(build_class_archive.subprocess, "run", _child(writes, code))
+    assert build_class_archive.build() is None
     assert list(archive.parent.iterdir()) == []  # a JVM crashes on a truncated archive: none is left in place
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("spark class archive: not built")
@@ -67,12 +68,12 @@ def test_a_complete_build_is_renamed_into_place_and_replaces_stale_ones(archive:
     archive.parent.mkdir(parents=True)
     stale = archive.parent / "spark-classes-ffff.jsa"
     stale.write_bytes(b"an older JDK's")
-    monkeypatch.setattr(class_archive.subprocess, "run", _child(b"a whole archive", 0))
-    assert class_archive.build() == archive
+    monkeypatch.setattr(build_class_archive.subprocess, "run", _child(b"a whole archive", 0))
+    assert build_class_archive.build() == archive
     assert archive.read_bytes() == b"a whole archive"
     assert sorted(archive.parent.iterdir()) == [archive]
-    monkeypatch.setattr(class_archive.subprocess, "run", _child(None, 1))
-    assert class_archive.build() == archive  # built once: set-up runs it again for nothing
+    monkeypatch.setattr(build_class_archive.subprocess, "run", _child(None, 1))
+    assert build_class_archive.build() == archive  # built once: set-up runs it again for nothing
 
 
 def test_the_key_follows_pyspark_and_java(monkeypatch: pytest.MonkeyPatch) -> None:
