@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from sgcs.membership.roster import roster_of
 from sgcs.transport.records import FULL, RESYNC, Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
 from sgcs.transport.params import Params
-from sgcs.transport.reliable import ReliableStream
+from sgcs.transport.reliable import ReliableStream, _Floors
 
 from _memnet import Datagram, MemoryNetwork, losing
 
@@ -357,7 +357,8 @@ def test_changed_floor_levels_are_exactly_those_whose_floor_moved(depth: int, da
     inbound.contig = data.draw(values)
     stream._stable[sender] = data.draw(values)
     if data.draw(st.booleans()):
-        stream._levels[sender] = data.draw(st.lists(values, min_size=depth, max_size=depth))
+        stream._floors.setdefault(sender, _Floors()).row = data.draw(st.lists(values, min_size=depth,
+                                                                                max_size=depth))
     before = [stream._floor_at(sender, level, stream.contig_of(sender)) for level in range(depth)]
     contig_before, low_before = inbound.contig, stream._stable[sender]
     what = data.draw(st.sampled_from(["contig", "low", "level"]))
@@ -368,14 +369,22 @@ def test_changed_floor_levels_are_exactly_those_whose_floor_moved(depth: int, da
         stream._stable[sender] += data.draw(st.integers(0, 3))
     else:
         level = data.draw(st.integers(0, depth - 1))
-        row = stream._levels.setdefault(sender, [0] * depth)
+        floors = stream._floors.setdefault(sender, _Floors())
+        row = floors.row = floors.row or [0] * depth
         value_before = row[level]
         row[level] += data.draw(st.integers(0, 3))
     after = [stream._floor_at(sender, k, stream.contig_of(sender)) for k in range(depth)]
-    stream._unsent.clear()
+    for floors in stream._floors.values():  # nothing left to send: the marks below are this change's alone
+        floors.unsent = 0
+    for listed in stream._unsent_at:
+        listed.clear()
+    stream._unsent_count = 0
     stream._note_floors(sender, contig_before, low_before, level, value_before)
     expected = sum(1 << k for k in range(depth) if before[k] != after[k])
-    assert stream._unsent.get(sender, 0) == expected, (before, after)
+    assert stream._unsent_of(sender) == expected, (before, after)
+    assert {k for k, listed in enumerate(stream._unsent_at) if sender in listed} == \
+        {k for k in range(depth) if expected >> k & 1}
+    assert stream._unsent_count == (1 if expected else 0)
 
 
 def test_the_levels_left_to_send_agree_with_each_senders_mask() -> None:
@@ -394,7 +403,9 @@ def test_the_levels_left_to_send_agree_with_each_senders_mask() -> None:
         for peer in net.nodes.values():
             stream = peer.stream
             by_level = {(s, level) for level, senders in enumerate(stream._unsent_at) for s in senders}
-            by_mask = {(s, level) for s, mask in stream._unsent.items() for level in range(stream._depth)
-                       if mask >> level & 1}
+            by_mask = {(s, level) for s, floors in stream._floors.items() for level in range(stream._depth)
+                       if floors.unsent >> level & 1}
             assert by_level == by_mask
-            assert all(stream._unsent.values()), "no sender kept with an empty mask"
+            assert stream._unsent_count == sum(1 for floors in stream._floors.values() if floors.unsent)
+            assert all(f.row is not None or f.others or f.unsent for f in stream._floors.values()), \
+                "no sender's record kept empty"

@@ -187,6 +187,30 @@ class _Inbound:
         return tuple(ranges[:limit])
 
 
+class _Floors:
+    """Stability all-reduce state of one sender's stream: the values heard per
+    level, their minimum, and the levels whose floor changed since we sent them.
+    One record, so merging a floor looks its sender up once, not three times:
+    at 10,000 nodes nearly every lookup misses the cache (a worker holds
+    gigabytes), and merging floors was a sixth of a simulation's time. It lives
+    while any part is set: a row, a known minimum or an unsent level."""
+
+    __slots__ = ("row", "others", "unsent")
+
+    def __init__(self) -> None:
+        self.row: list[int] | None = None
+        """Per level k, the lowest number held by the 2**k members that end 2**k
+        positions before us (the latest value heard); None: no level heard since
+        the stream's state (re)started."""
+        self.others = 0
+        """The minimum over all levels: what the others are known to hold."""
+        self.unsent = 0
+        """Bit mask of the levels whose floor changed since we last sent that
+        level: a digest carries only those (a delta). Kept as changes happen
+        (``_mark_floors``), never by keeping the rows we sent: rows of every
+        unstable sender at every level were 2 GB at 10,000 nodes."""
+
+
 class ReliableStream:
     """One member's reliable multicast in one group; a pure state machine."""
 
@@ -231,22 +255,16 @@ class ReliableStream:
         self._position = 0
         self._depth = 0
         """Levels of the stability gossip: ceil(log2 N)."""
-        self._levels: dict[int, list[int]] = {}
-        """Stability gossip: per sender, per level k, the lowest number held by the
-        2**k members that end 2**k positions before us (the latest value heard).
-        A row per sender, not a table per level: a member of a large group keeps
-        them for the hundreds of streams it holds unstable (14 dict entries a
-        stream at N = 10,000 were the largest part of its memory)."""
-        self._others_floor: dict[int, int] = {}
-        """Per sender, the minimum over all levels: what the others are known to hold."""
-        self._unsent: dict[int, int] = {}
-        """Sender -> bit mask of the levels whose floor of it changed since we
-        last sent that level: a digest carries only those (a delta). Kept as
-        changes happen (``_note_floors``), never by keeping the rows we sent:
-        rows of every unstable sender at every level were 2 GB at 10,000 nodes."""
+        self._floors: dict[int, _Floors] = {}
+        """Stability gossip, per sender (``_Floors``). A row per sender, not a
+        table per level: a member of a large group keeps them for the hundreds
+        of streams it holds unstable (14 dict entries a stream at N = 10,000
+        were the largest part of its memory)."""
+        self._unsent_count = 0
+        """Records with a level left to send (nonzero ``unsent``)."""
         self._unsent_at: list[set[int]] = []
-        """The same, per level: the senders its next digest lists (no scan of
-        every unstable stream per digest)."""
+        """Per level, the senders whose ``unsent`` has that level: what its next
+        digest lists (no scan of every unstable stream per digest)."""
         self._full_due = 0
         """Levels whose next digest must list every sender (a new view, or the
         partner asked: ``RESYNC``)."""
@@ -305,8 +323,8 @@ class ReliableStream:
         n = len(self.members)
         self._null_delay = min(self.params.ack_interval, self.params.promise_spacing * n)
         self._depth = math.ceil(math.log2(n)) if n > 1 else 0
-        self._levels = {}
-        self._unsent = {}
+        self._floors = {}
+        self._unsent_count = 0
         self._unsent_at = [set() for _ in range(self._depth)]
         self._full_due = (1 << self._depth) - 1  # the partners start afresh too
         self._sent_seq = [0] * self._depth
@@ -314,7 +332,6 @@ class ReliableStream:
         self._clock_levels = [0] * self._depth
         self._sent_clocks = [0] * self._depth
         self._known_stable = {}
-        self._others_floor = {}
         self._acked = {} if n <= ACK_MATRIX_MAX else None
         self._position = self._index[self.me]
         self._gc_due = True
@@ -615,7 +632,7 @@ class ReliableStream:
         answers a partner that missed their last change)."""
         index = self._index
         listed = {s for s in self._store if s in index}
-        listed.update(s for s in self._unsent if s in index)
+        listed.update(s for s, floors in self._floors.items() if floors.unsent and s in index)
         listed.update(s for s in self._known_stable if s in index)
         return sorted(listed)[:AGGREGATE_MAX]
 
@@ -692,12 +709,13 @@ class ReliableStream:
             reply = OutDigest(src, (), Aggregate(k, self._roster.tag, (), 0, 0, RESYNC))
         if aggregate.clock > self._clock_levels[k]:
             self._clock_levels[k] = aggregate.clock
-        levels, store, unsent, others_floor = self._levels, self._store, self._unsent, self._others_floor
+        all_floors, store, stable, depth = self._floors, self._store, self._stable, self._depth
         known, lagging = self._known_stable, []
         for sender, floor in aggregate.floors:
             if known.get(sender, 0) > floor:
                 lagging.append((sender, known[sender]))
-            row = levels.get(sender)
+            floors = all_floors.get(sender)
+            row = floors.row if floors is not None else None
             before = row[k] if row is not None else 0
             # a floor is news for a stream we hold unstable (or have not
             # received yet: the delta will not come again), whose changes we
@@ -711,24 +729,29 @@ class ReliableStream:
             # total order waited on its promise for the last 15 s).
             if floor <= before:
                 continue
-            contig, low = self._contig_of(sender), self._stable.get(sender, 0)  # each looked up once
+            contig, low = self._contig_of(sender), stable.get(sender, 0)  # each looked up once
             rejoined = False
-            if contig >= floor and not store.get(sender) and sender not in unsent:
+            if contig >= floor and not store.get(sender) and (floors is None or not floors.unsent):
                 if row is not None or low >= floor:
                     continue
                 rejoined = True
+            if floors is None:
+                floors = all_floors[sender] = _Floors()
             if row is None:
-                row = levels[sender] = [0] * self._depth
+                row = floors.row = [0] * depth
                 if rejoined:
                     self._emptied.add(sender)  # retires again once its changes went out
             row[k] = floor
-            self._mark_floors(sender, row, contig, contig, low, low, k, before)
-            known_floor = others_floor.get(sender, 0)
+            self._mark_floors(sender, floors, contig, contig, low, low, k, before)
+            known_floor = floors.others
             if before > known_floor:
                 continue  # another level holds the minimum: it did not move
-            others = min(row)
+            others = floor
+            for value in row:
+                if value < others:
+                    others = value
             if others > known_floor:
-                others_floor[sender] = others
+                floors.others = others
                 self._gc_senders.add(sender)
         return tuple(lagging), reply
 
@@ -751,7 +774,7 @@ class ReliableStream:
         messages stayed unstable for two cycles, ``_ask_if_stuck``), or lags."""
         if self._roster is None or roster != self._roster.tag or src not in self._index:
             return []
-        store, unsent, others_floor = self._store, self._unsent, self._others_floor
+        store, all_floors = self._store, self._floors
         better: list[Ack] = []
         for sender, high in entries:
             if sender not in self._index:
@@ -759,8 +782,15 @@ class ReliableStream:
             known = self._held_by_all(sender)
             if known > high:
                 better.append((sender, known))
-            elif high > others_floor.get(sender, 0) and (store.get(sender) or sender in unsent):
-                others_floor[sender] = high
+                continue
+            floors = all_floors.get(sender)
+            if floors is None:
+                if high > 0 and store.get(sender):
+                    floors = all_floors[sender] = _Floors()
+                    floors.others = high
+                    self._gc_senders.add(sender)
+            elif high > floors.others and (store.get(sender) or floors.unsent):
+                floors.others = high
                 self._gc_senders.add(sender)
         return [OutStable(src, roster, tuple(better))] if better else []
 
@@ -854,7 +884,7 @@ class ReliableStream:
         asks = self._ask_if_stuck(depth) if self.promise_gossip else []
         clocks = self._clock_floors() if self.promise_gossip else [0] * depth
         refresh = self.promise_gossip and self._round % 4 == 0  # a lost clock update is sent again
-        active = bool(self._store or self._unsent or self._retired)
+        active = bool(self._store or self._unsent_count or self._retired)
         if not active and not refresh and clocks == self._sent_clocks:
             return asks
         # small views learn stability from the ACKs: one level per round (promise clocks climb by gossip only)
@@ -882,7 +912,7 @@ class ReliableStream:
         there changed (all of them when a full one is due), each with its
         floor and, for repair, how far we hold it."""
         bit = 1 << level
-        unsent, listed = self._unsent, self._unsent_at[level]
+        listed, all_floors, index = self._unsent_at[level], self._floors, self._index
         full = bool(self._full_due & bit)
         if full:
             self._full_due &= ~bit
@@ -891,22 +921,29 @@ class ReliableStream:
         else:
             senders = sorted(listed)
             listed.clear()
+        sent: list[Ack] = []
+        repair: list[Ack] = []
         for sender in senders:
-            mask = unsent.get(sender, 0) & ~bit
-            if mask:
-                unsent[sender] = mask
-            else:
-                unsent.pop(sender, None)
-        if not full:
-            senders = [s for s in senders if s in self._index]
-        contigs = [self._contig_of(s) for s in senders]
-        floors = tuple([(s, self._floor_at(s, level, c)) for s, c in zip(senders, contigs)])
-        entries = tuple(zip(senders, contigs)) if self.params.gossip_enabled else ()
+            floors = all_floors.get(sender)
+            if floors is not None and floors.unsent:
+                floors.unsent &= ~bit
+                if not floors.unsent:
+                    self._unsent_count -= 1
+                    if floors.row is None and not floors.others:
+                        del all_floors[sender]  # nothing else kept
+            if not full and sender not in index:
+                continue
+            contig = self._contig_of(sender)
+            sent.append((sender, self._floor_of(sender, floors, level, contig)))
+            repair.append((sender, contig))
+        floors_sent = tuple(sent)
+        entries = tuple(repair) if self.params.gossip_enabled else ()
         seq = self._sent_seq[level] = (self._sent_seq[level] + 1) % SEQ_MODULUS
         self._sent_clocks[level] = clock
         assert self._roster is not None
         target = self.members[(self._position + bit) % len(self.members)]
-        return OutDigest(target, entries, Aggregate(level, self._roster.tag, floors, clock, seq, FULL if full else 0))
+        return OutDigest(target, entries,
+                         Aggregate(level, self._roster.tag, floors_sent, clock, seq, FULL if full else 0))
 
     def _promise_clock(self) -> int:
         """What we vouch for: our later messages carry larger timestamps, and
@@ -936,9 +973,13 @@ class ReliableStream:
         stability from the ACK matrix, before the all-reduce completed, must
         still pass it on: the others may depend on the gossip alone.)
         ``contig``: how far we hold it (``_contig_of``, which the caller has)."""
+        return self._floor_of(sender, self._floors.get(sender), level, contig)
+
+    def _floor_of(self, sender: int, floors: _Floors | None, level: int, contig: int) -> int:
+        """``_floor_at`` with the sender's record at hand."""
         low, running = self._stable.get(sender, 0), contig
         if level:
-            row = self._levels.get(sender)
+            row = floors.row if floors is not None else None
             if row is None:
                 running = 0
             else:
@@ -956,17 +997,18 @@ class ReliableStream:
         ``value_before``). Mark each level whose floor changed, for its next
         digest. One pass computes the floors before and after side by side."""
         if self._depth:  # else alone: no partner to tell
-            self._mark_floors(sender, self._levels.get(sender), contig_before, self._contig_of(sender), low_before,
+            self._mark_floors(sender, self._floors.get(sender), contig_before, self._contig_of(sender), low_before,
                               self._stable.get(sender, 0), level, value_before)
 
-    def _mark_floors(self, sender: int, row: list[int] | None, contig_before: int, contig: int, low_before: int,
+    def _mark_floors(self, sender: int, floors: _Floors | None, contig_before: int, contig: int, low_before: int,
                      low: int, level: int, value_before: int) -> None:
-        """``_note_floors`` with the sender's state at hand (its row, how far
+        """``_note_floors`` with the sender's state at hand (its record, how far
         we hold it, its stable prefix): each dict is looked up once per floor
         merged, and at 10,000 nodes every lookup is a cache miss."""
         depth = self._depth
         if not depth:
             return
+        row = floors.row if floors is not None else None
         old_running, new_running = contig_before, contig
         mask = 0
         for k in range(depth):
@@ -984,10 +1026,17 @@ class ReliableStream:
             new = new_running if new_running > low else low
             if old != new:
                 mask |= 1 << k
-        if mask:
-            self._unsent[sender] = self._unsent.get(sender, 0) | mask
+        if not mask:
+            return
+        if floors is None:
+            floors = self._floors[sender] = _Floors()
+        new = mask & ~floors.unsent
+        if new:  # the levels already unsent are listed already
+            if not floors.unsent:
+                self._unsent_count += 1
+            floors.unsent |= new
             for level, senders in enumerate(self._unsent_at):
-                if mask >> level & 1:
+                if new >> level & 1:
                     senders.add(sender)
 
     def _retire_quiet_senders(self) -> None:
@@ -997,12 +1046,11 @@ class ReliableStream:
         aggregates afresh. (Retiring waits for the changes to go out, not for
         a count of rounds: a member depending on the gossip was once left
         without the last level.)"""
-        done = [s for s in self._emptied if s not in self._unsent and not self._store.get(s)]
+        done = [s for s in self._emptied if not self._unsent_of(s) and not self._store.get(s)]
         for sender in done:
             self._emptied.discard(sender)
-            self._others_floor.pop(sender, None)
+            self._floors.pop(sender, None)
             self._holders.pop(sender, None)
-            self._levels.pop(sender, None)
             self._retired.pop(sender, None)  # to the end: the table is kept oldest first
             self._retired[sender] = self._round
         # What we know stable of a retired stream answers a member that lags
@@ -1015,7 +1063,7 @@ class ReliableStream:
             if since > horizon:
                 break
             del self._retired[sender]
-            if not self._store.get(sender) and sender not in self._unsent:
+            if not self._store.get(sender) and not self._unsent_of(sender):
                 self._known_stable.pop(sender, None)
                 self._stable.pop(sender, None)
 
@@ -1025,14 +1073,14 @@ class ReliableStream:
 
     def next_deadline(self) -> float | None:
         if not self._nacking and not self._reassembling:  # the usual case: the driver asks after every event
-            gossip = self._next_gossip if self._buffered or self._unsent or self._retired or self.promise_gossip \
+            gossip = self._next_gossip if self._buffered or self._unsent_count or self._retired or self.promise_gossip \
                 else None
             ack = self._ack_at
             if gossip is None or ack is None:
                 return ack if gossip is None else gossip
             return ack if ack < gossip else gossip
         deadlines = [i.nack_at for i in self._nacking.values() if i.nack_at is not None]
-        if self._buffered or self._unsent or self._retired or self.promise_gossip:
+        if self._buffered or self._unsent_count or self._retired or self.promise_gossip:
             deadlines.append(self._next_gossip)  # lately retired: the partners see every digest number
         if self._ack_at is not None:
             deadlines.append(self._ack_at)
@@ -1086,7 +1134,8 @@ class ReliableStream:
         own = self._contig_of(sender)
         if not self._depth:
             return own
-        others = self._others_floor.get(sender, 0)
+        floors = self._floors.get(sender)
+        others = floors.others if floors is not None else 0
         if self._acked is not None:
             acked, empty = self._acked, _NO_ACKS
             direct = min(acked.get(m, empty).get(sender, 0) for m in self.members if m != self.me)
@@ -1124,13 +1173,18 @@ class ReliableStream:
         self._reassembling.pop(sender, None)
         self._stable.pop(sender, None)
         self._dirty.pop(sender, None)
-        if self._unsent.pop(sender, None):
+        floors = self._floors.pop(sender, None)
+        if floors is not None and floors.unsent:
+            self._unsent_count -= 1
             for senders in self._unsent_at:
                 senders.discard(sender)
         self._emptied.discard(sender)
-        self._others_floor.pop(sender, None)  # the minimum of the levels, kept exact (``_merge_aggregate``)
-        self._levels.pop(sender, None)
         self._holders.pop(sender, None)
+
+    def _unsent_of(self, sender: int) -> int:
+        """The levels whose floor of ``sender`` changed since we last sent them (a mask)."""
+        floors = self._floors.get(sender)
+        return floors.unsent if floors is not None else 0
 
     def _inbound_of(self, sender: int) -> _Inbound:
         inbound = self._inbound.get(sender)
