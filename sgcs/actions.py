@@ -65,6 +65,57 @@ Deliver = Delivery
 """The node's name for the action: hand one message to the application."""
 
 
+class MessageId(NamedTuple):
+    """The name of one multicast, as ``send`` returns it to its sender.
+
+    ``(sender, seq)`` is what a ``Delivery`` or a ``Rollback`` names;
+    ``incarnation`` tells the messages of a restarted process from its former
+    self's."""
+
+    sender: int
+    incarnation: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotDelivered:
+    """One of this node's own multicasts that this node will not deliver.
+
+    Every multicast a live member sends ends at that member with exactly one
+    outcome: its own ``Delivery``, a ``Rollback`` (delivered nowhere), or this.
+    ``reason`` says why, and what the other members may have done:
+
+    * ``"view_missed"``: it was sent under a view change whose view this
+      member never installed (it moved on before the commit reached it); the
+      members that installed that view delivered it there.
+    * ``"withdrawn"``: it was sent under another coordinator's proposal that
+      may have been installed elsewhere; members of that view may have
+      delivered it, members of this node's view do not.
+
+    Either way no member of this node's next view delivers it: to be sure
+    every current member gets it, send it again."""
+
+    group: str
+    message: MessageId
+    reason: str
+
+
+NOT_DELIVERED_REASONS = ("view_missed", "withdrawn")
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionalView:
+    """The deliveries that follow, up to the next ``ViewInstalled``, are made
+    in view ``view_id`` among ``members`` only (extended virtual synchrony's
+    transitional configuration): this node left the others of that view, and
+    delivers there its own messages that no commit placed, so that none of
+    them ends without an outcome."""
+
+    group: str
+    view_id: str
+    members: tuple[int, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class ViewInstalled:
     """A new view of ``group`` is installed; ``members`` is sorted."""
@@ -146,5 +197,5 @@ class TraceEvent(NamedTuple):
     reason: str | None = None
 
 
-Action = Union[Send, Multicast, Deliver, ViewInstalled, OptimisticView, Rollback, MemberSuspected, MemberBusy,
-               GroupError, TraceEvent]
+Action = Union[Send, Multicast, Deliver, ViewInstalled, OptimisticView, Rollback, NotDelivered, TransitionalView,
+               MemberSuspected, MemberBusy, GroupError, TraceEvent]

@@ -24,8 +24,16 @@ without reading should read in another task.
 Besides ``Delivery`` and ``ViewChange`` a group yields ``OptimisticView``
 (a view change began; messages sent from now on are optimistic),
 ``Rollback`` (optimistic messages that were delivered nowhere),
+``NotDelivered`` (one of our own messages that we will not deliver, and why),
+``TransitionalView`` (the deliveries that follow are among fewer members),
 ``MemberSuspected`` and ``MemberBusy`` (what the failure detector thinks of
 a member). A program that does not care about an event type skips it.
+
+**One outcome per message.** ``send`` returns the message's ``MessageId``.
+Every multicast a member sends and survives to see ends at that member with
+exactly one of: its own ``Delivery`` (``(delivery.sender, delivery.seq) ==
+(id.sender, id.seq)``), a ``Rollback`` listing ``(id.sender, id.seq)``, or a
+``NotDelivered`` naming ``id`` (docs/guarantees.md).
 
 The handles are thin: every command goes through the driver to the sans-I/O
 node, whose ``UsageError`` (unknown member, payload too big, not bytes, group
@@ -72,7 +80,7 @@ def _load_numpy_without_blas_threads() -> None:
 _load_numpy_without_blas_threads()
 
 from . import actions  # noqa: E402
-from .actions import Delivery, GroupError, ViewInstalled
+from .actions import Delivery, GroupError, MessageId, NotDelivered, TransitionalView, ViewInstalled
 from .config import Config, Order
 from .errors import UsageError
 from .io.event_queue import EventQueue
@@ -197,7 +205,8 @@ class GroupStatistics:
     """A view change is under way: sends are optimistic."""
 
 
-Event = Union[Delivery, ViewChange, OptimisticView, Rollback, MemberSuspected, MemberBusy]
+Event = Union[Delivery, ViewChange, OptimisticView, Rollback, NotDelivered, TransitionalView, MemberSuspected,
+              MemberBusy]
 """What iterating over a group yields."""
 
 RECEIVE_MANY_MAX = 1_024
@@ -220,6 +229,8 @@ def _event_of(action: AppEvent) -> Event:
         return OptimisticView(action.view_id, action.members, action.group)
     if isinstance(action, actions.Rollback):
         return Rollback(tuple((sender, seq) for sender, seq in action.messages), action.group)
+    if type(action) is NotDelivered or type(action) is TransitionalView:
+        return action  # the node's output is the public event, as for deliveries
     if isinstance(action, actions.MemberSuspected):
         return MemberSuspected(action.member, action.group)
     if isinstance(action, actions.MemberBusy):
@@ -263,9 +274,11 @@ class GroupHandle:
         if not self._left and not self._driver.closed and self._name in self._driver.node.groups:
             self._last_view = View(*self._driver.node.view(self._name))
 
-    async def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> None:
+    async def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> MessageId:
         """Multicast ``payload`` to the group (this node delivers it too), or
-        unicast it to member ``to``, reliably.
+        unicast it to member ``to``, reliably. Returns the message's id: a
+        multicast's outcome here (its ``Delivery``, a ``Rollback`` or a
+        ``NotDelivered``) names it.
 
         Flow control: waits while the group's window of unstable messages is
         full (``Config.window_max``) or its send delay has not passed, and while
@@ -275,9 +288,17 @@ class GroupHandle:
         if self._left:
             raise UsageError(f"group {self._name!r} was left; join it again to send")
         if to is None:
-            await self._driver.multicast(self._name, payload, block=block)
-        else:
-            await self._driver.call(partial(node.unicast, self._name, to, payload))
+            return await self._driver.multicast(self._name, payload, block=block)
+        sent: list[MessageId] = []
+
+        def unicast(now: float) -> list[actions.Action]:
+            out = node.unicast(self._name, to, payload, now)
+            assert node.last_sent is not None
+            sent.append(node.last_sent)
+            return out
+
+        await self._driver.call(unicast)
+        return sent[0]
 
     async def receive(self) -> Event:
         """The next event; raises ``trio.EndOfChannel`` once the group is left.
@@ -314,16 +335,15 @@ class GroupHandle:
                 events.append(action if type(action) is Delivery else _event_of(action))
         return events
 
-    async def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> None:
-        """Multicast each payload in order, as ``send`` does one. Sends between
-        two yields share datagrams (bundling), so a batch costs few datagrams.
-        With ``block=False``, ``sgcs.WouldBlock`` says the window filled; the
-        payloads before the one refused were sent."""
+    async def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> list[MessageId]:
+        """Multicast each payload in order, as ``send`` does one; returns their
+        ids. Sends between two yields share datagrams (bundling), so a batch
+        costs few datagrams. With ``block=False``, ``sgcs.WouldBlock`` says the
+        window filled; the payloads before the one refused were sent."""
         if self._left:
             raise UsageError(f"group {self._name!r} was left; join it again to send")
         multicast = self._driver.multicast
-        for payload in payloads:
-            await multicast(self._name, payload, block=block)
+        return [await multicast(self._name, payload, block=block) for payload in payloads]
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self
@@ -430,15 +450,15 @@ class _AsyncioGroupHandle(GroupHandle):
         self._bridge = bridge
         self._leave_trio = leave
 
-    async def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> None:
+    async def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> MessageId:
         if self._left:
             raise UsageError(f"group {self._name!r} was left; join it again to send")
-        await self._run.call(partial(self._group.send, payload, to=to, block=block))
+        return await self._run.call(partial(self._group.send, payload, to=to, block=block))
 
-    async def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> None:
+    async def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> list[MessageId]:
         if self._left:
             raise UsageError(f"group {self._name!r} was left; join it again to send")
-        await self._run.call(partial(self._group.send_many, list(payloads), block=block))
+        return await self._run.call(partial(self._group.send_many, list(payloads), block=block))
 
     async def receive(self) -> Event:
         if self._left:

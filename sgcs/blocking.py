@@ -57,6 +57,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import trio
 
 from . import api
+from .actions import MessageId
 from .api import Event, GroupHandle, NodeHandle, View
 from .config import Config, Order
 from .errors import SgcsError, UsageError
@@ -359,18 +360,18 @@ class BlockingGroup:
         """The current view; once left or closed, the last one this node held."""
         return self._node._read(lambda: self._group.view)
 
-    def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> None:
+    def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> MessageId:
         """Multicast ``payload`` to the group (this node delivers it too), or
-        unicast it to member ``to``, reliably.
+        unicast it to member ``to``, reliably; returns the message's id.
 
         Blocks the calling thread under flow control, as ``GroupHandle.send``
         waits; ``block=False`` raises ``sgcs.WouldBlock`` instead."""
-        self._node._call(partial(self._group.send, payload, to=to, block=block))
+        return self._node._call(partial(self._group.send, payload, to=to, block=block))
 
-    def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> None:
-        """Multicast each payload in order: one round trip to the node's thread
-        for the whole batch, where ``send`` pays one per message."""
-        self._node._call(partial(self._group.send_many, list(payloads), block=block))
+    def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> list[MessageId]:
+        """Multicast each payload in order, returning their ids: one round trip
+        to the node's thread for the whole batch, where ``send`` pays one per message."""
+        return self._node._call(partial(self._group.send_many, list(payloads), block=block))
 
     def receive_many(self, max_events: int = 1_024, timeout: float | None = None) -> list[Event]:
         """The next events, at least one and at most ``max_events``: waits up to

@@ -102,7 +102,26 @@ class RolledBack:
     message: Message
 
 
-GroupEvent = Delivered | OptimisticBegan | Installed | RolledBack
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    """Our own multicast that we will not deliver (the node reports
+    ``NotDelivered``): ``reason`` is one of ``synchrony``'s reasons."""
+
+    message: Message
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Transitional:
+    """The deliveries that follow, up to the next ``Installed``, are made in
+    ``view`` among ``members`` only (extended virtual synchrony's
+    transitional configuration)."""
+
+    view: View
+    members: tuple[int, ...]
+
+
+GroupEvent = Delivered | OptimisticBegan | Installed | RolledBack | Undelivered | Transitional
 _KIND_TYPES = {"data": MsgType.DATA, "retransmit": MsgType.RETRANSMIT, "gossip": MsgType.GOSSIP}
 
 
@@ -164,6 +183,9 @@ class GroupStack:
         self.sync = ViewChange(me)
         """The view-change state: its phase, what is held, rolled back, withdrawn."""
         self.own_last = 0
+        self.awaiting: set[int] = set()
+        """Our own multicasts (first record) with no outcome yet: neither
+        delivered here, nor rolled back, nor reported not delivered."""
         self._request_at: float | None = None
         self.rejected = BoundedSet(MAX_REJECTED)
         """Members refused for joining with another order: never admitted."""
@@ -310,8 +332,9 @@ class GroupStack:
 
     @property
     def fate_unknown(self) -> int:
-        """Own messages we neither delivered nor rolled back (see ``synchrony``)."""
-        return self.sync.fate_unknown
+        """Own multicasts with no outcome yet (in flight, or waiting for their
+        order or a view change); 0 whenever the group is at rest."""
+        return len(self.awaiting)
 
     # ------------------------------------------------------------------ membership
 
@@ -506,7 +529,7 @@ class GroupStack:
         self._choose_promises()
         self.events.append(Installed(old, commit.view, leavers))
         kept, rolled_back = sync.settle(commit, old, new, foreign, left_out=new == (self.me,) and len(old.members) > 1)
-        self.events += [RolledBack(message) for message in rolled_back]
+        self._report(rolled_back)
         self._release(self._order(sync.gate(kept, self.view.epoch)))  # a later change's messages stay held
         if newcomers and self.next_beacon is not None:
             # A view that grew announces itself at once: a lower coordinator
@@ -519,12 +542,26 @@ class GroupStack:
 
     def _drain_old_view(self, left_out: bool = False) -> None:
         """Deliver everything up to the cut in the old view; ordered groups
-        stop waiting for promises (every member holds the same cut). A member
-        left out of the commit holds no agreed cut: what its order still
-        waits for cannot be placed as the others placed it (their timestamps
-        may rest on records it never got), so it is discarded, not delivered."""
-        if self.ordering is not None and left_out:
-            self.sync.discarded += len(self.ordering.waiting_ids())
+        stop waiting for promises (every member holds the same cut).
+
+        A member left out of the commit holds no agreed cut. The others'
+        messages its order still waits for are discarded: a sender that went
+        on delivers those past the cut in its next view, after messages it
+        placed before them. Its own messages are delivered, in a transitional
+        view of itself alone (extended virtual synchrony's self-delivery,
+        Moser, Amir et al. 1994): the others delivered those within their cut
+        in this view, in the same order (senders state their timestamps), and
+        nobody delivers the rest (we are in none of their next views). Without
+        this, what it sent in a partition that healed before both sides
+        installed their views was delivered by nobody, its sender included."""
+        if left_out:
+            own = [] if self.ordering is None else [_message(m) for m in self.ordering.take_stream(self.me)]
+            own = sorted(own + self.sync.take_own_held(), key=lambda m: m.seq)
+            if self.ordering is not None:
+                self.sync.discarded += len(self.ordering.waiting_ids())
+            if own:
+                self.events.append(Transitional(self.view, (self.me,)))
+                self._release(own)
         elif self.ordering is not None:
             delivered, discarded = self.ordering.drain()
             self._release([_message(m) for m in delivered])
@@ -570,6 +607,7 @@ class GroupStack:
         if self.ordering is not None and self.order is not Order.CAUSAL:
             clock = self._clock = self.clock() + 1
         seq, outputs = self.stream.send(payload, now, None if optimistic is None else optimistic.epoch, clock)
+        self.awaiting.add(seq)
         self.last_send = now
         return seq, outputs, optimistic
 
@@ -653,7 +691,7 @@ class GroupStack:
         sync = self.sync
         if sync.void or sync.withdrawn:
             messages, rolled_back = sync.screen(messages)
-            self.events += [RolledBack(message) for message in rolled_back]
+            self._report(rolled_back)
         if sync.gating(messages):
             messages = sync.gate(messages, self.view.epoch)
         if self.ordering is None:
@@ -707,10 +745,25 @@ class GroupStack:
         """Hand ``messages`` to the node for delivery in our current view. A
         flush reports the last of each sender's we delivered (``delivered_high``)."""
         if messages:
-            high = self.delivered_high
+            high, me, awaiting = self.delivered_high, self.me, self.awaiting
             for message in messages:
-                high[message.sender] = message.last or message.seq
+                sender = message.sender
+                high[sender] = message.last or message.seq
+                if sender == me:
+                    awaiting.discard(message.seq)
             self.events.append(Delivered(tuple(messages), self.view.view_id))
+
+    def _report(self, rolled_back: list[Message]) -> None:
+        """Rolled-back messages, then our own that a change dropped: each is an
+        outcome at its sender (``awaiting``)."""
+        awaiting = self.awaiting
+        for message in rolled_back:
+            self.events.append(RolledBack(message))
+            if message.sender == self.me:
+                awaiting.discard(message.seq)
+        for message, reason in self.sync.take_undelivered():
+            self.events.append(Undelivered(message, reason))
+            awaiting.discard(message.seq)
 
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float,
                    aggregate: AggregateFields | None = None, extra: int = 0) -> list:

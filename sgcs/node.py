@@ -43,16 +43,19 @@ from .actions import (
     GroupError,
     MemberBusy,
     MemberSuspected,
+    MessageId,
     Multicast,
+    NotDelivered,
     OptimisticView,
     Rollback,
     Send,
     TraceEvent,
+    TransitionalView,
     ViewInstalled,
 )
 from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
-from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack
+from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack, Transitional, Undelivered
 from .membership.agreement import View
 from .membership.roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdSend, Verdict
@@ -126,11 +129,12 @@ class NodeStatistics:
     unicast_retransmissions: int = 0
     groups: int = 0
     fate_unknown: int = 0
-    """Own optimistic or held messages neither delivered nor rolled back here:
-    this node was left out of a view change while they waited, and the
-    members that went on may have delivered them (virtual synchrony tells a
-    member that drops out nothing of its last messages); or it missed the
-    view they were sent under, whose members delivered them there."""
+    """Own multicasts with no outcome yet at this node: neither delivered
+    here, nor rolled back, nor reported ``NotDelivered``. Messages in flight
+    or waiting for their order count; once the groups are at rest it is 0
+    (every message has an outcome)."""
+    not_delivered: int = 0
+    """Own multicasts reported ``NotDelivered``."""
 
 
 _Handler = Callable[["Node", Header, bytes, Address, float], list[Action]]
@@ -163,6 +167,8 @@ class Node:
             raise UsageError(f"incarnation must be in [0, 2**31), got {incarnation}")
         self.id = node_id
         self.incarnation = incarnation
+        self.last_sent: MessageId | None = None
+        """The id of the last multicast or unicast this node sent (what ``send`` returns)."""
         self.config = config
         self.rng = rng
         self.trace = trace
@@ -180,7 +186,8 @@ class Node:
         rejoin numbers on after it, so a member that still holds our old
         stream never takes a new message for an old one (bounded: ``MAX_LEFT``)."""
         self._addresses: dict[int, Address] = {}
-        self._counts = {"rx": 0, "rx_bytes": 0, "tx": 0, "tx_bytes": 0, "sent": 0, "delivered": 0, "foreign": 0}
+        self._counts = {"rx": 0, "rx_bytes": 0, "tx": 0, "tx_bytes": 0, "sent": 0, "delivered": 0, "foreign": 0,
+                        "not_delivered": 0}
         self._drops: dict[str, int] = {}
         self.detector = FailureDetector(node_id, self.params, rng, now)
         self._watch_started = False
@@ -262,6 +269,7 @@ class Node:
         if state.ready_at(now) is None:
             raise WouldBlock(f"group {group!r}: {state.window()} messages await stability (window_max)")
         seq, outputs, optimistic = state.send(payload, now)
+        self.last_sent = MessageId(self.id, self.incarnation, seq)
         out: list[Action] = []
         self._counts["sent"] += 1
         if len(self._groups) == 1:
@@ -288,6 +296,7 @@ class Node:
         if state.unicast_blocked(member):
             raise WouldBlock(f"group {group!r}: member {member} has not acknowledged {self.config.window_max} unicasts")
         seq, send = state.send_unicast(member, payload, now)
+        self.last_sent = MessageId(self.id, self.incarnation, seq)
         out: list[Action] = []
         self._counts["sent"] += 1
         self._trace(out, "send", group=group, sender=self.id, seq=seq, order=state.order.value,
@@ -429,6 +438,7 @@ class Node:
             peak_buffered=total("peak_buffered"),
             unicast_retransmissions=sum(g.unicast_retransmissions() for g in self._groups.values()),
             groups=len(self._groups), fate_unknown=sum(g.fate_unknown for g in self._groups.values()),
+            not_delivered=c["not_delivered"],
         )
 
     # ------------------------------------------------------------------ message handlers
@@ -765,6 +775,16 @@ class Node:
                 out.append(Rollback(state.name, ((message.sender, message.seq),)))
                 self._trace(out, "rollback", group=state.name, sender=message.sender, seq=message.seq,
                             order=state.order.value, view_id=state.view.view_id)
+            elif type(event) is Undelivered:
+                message = event.message
+                self._counts["not_delivered"] += 1
+                out.append(NotDelivered(state.name, MessageId(self.id, self.incarnation, message.seq), event.reason))
+                self._trace(out, "not_delivered", group=state.name, sender=message.sender, seq=message.seq,
+                            order=state.order.value, view_id=state.view.view_id, reason=event.reason)
+            elif type(event) is Transitional:
+                view = event.view
+                out.append(TransitionalView(state.name, view.view_id, event.members))
+                self._trace(out, "transitional", group=state.name, view_id=view.view_id, members=event.members)
         if installed:
             self._watch(now)
 

@@ -1,4 +1,4 @@
-"""Quick pandas checks of a trace: invariants 1 to 7 (shared/DESIGN.md).
+"""Quick pandas checks of a trace: invariants 1 to 8 (docs/invariants.md).
 
 Theory of operation
 -------------------
@@ -136,7 +136,32 @@ def violations(events: Any, grace: float = 2.0) -> dict[str, int]:
         "6_loss_among_survivors": len(undelivered_among_survivors(events, grace)),
         "7_rolled_back_delivered": len(rolled_back_deliveries(events)),
         "7_outside_optimistic_view": len(optimistic_view_violations(events)),
+        "8_without_outcome": len(without_outcome(events, grace)),
     }
+
+
+OUTCOMES = ("deliver", "rollback", "not_delivered")
+"""Trace kinds that end a multicast at its sender: its own delivery, a
+rollback, or a ``not_delivered`` row with its reason."""
+
+
+def without_outcome(events: Any, grace: float = 2.0) -> Any:
+    """Invariant 8 (one outcome per message): multicasts whose sender stayed up
+    (no crash or leave row of that incarnation after the send) and that have,
+    at their sender, neither a delivery nor a ``rollback`` nor a
+    ``not_delivered`` row. Messages sent in the last ``grace`` seconds may
+    still be in flight."""
+    end = events["t"].max()
+    rows = _with_incarnation(events)
+    sends = rows[(rows["kind"] == "send") & ~rows["unicast"] & (rows["t"] <= end - grace)]
+    sends = sends[["t", "node", "incarnation", *_MESSAGE, "view_id"]]
+    ends = rows[rows["kind"].isin(["crash", "leave"])].groupby(["node", "incarnation"])["t"].min().rename("gone")
+    sends = sends.merge(ends.reset_index(), on=["node", "incarnation"], how="left")
+    sends = sends[sends["gone"].isna()].drop(columns="gone")
+    outcome = rows[rows["kind"].isin(OUTCOMES) & ~rows["unicast"] & (rows["node"] == rows["sender"])]
+    outcome = outcome[["node", "incarnation", *_MESSAGE]].drop_duplicates().assign(_outcome=True)
+    merged = sends.merge(outcome, on=["node", "incarnation", *_MESSAGE], how="left")
+    return merged[merged["_outcome"].isna()].drop(columns=["_outcome", "incarnation"]).reset_index(drop=True)
 
 
 def reach(events: Any, grace: float = 2.0) -> Any:

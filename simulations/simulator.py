@@ -61,8 +61,10 @@ from sgcs.actions import (
     MemberBusy,
     MemberSuspected,
     Multicast,
+    NotDelivered,
     OptimisticView,
     Rollback,
+    TransitionalView,
     Send,
     TraceEvent,
     ViewInstalled,
@@ -231,7 +233,8 @@ class Simulator:
         self._live: np.ndarray | None = None
         self._on_action: dict[type, Callable[[int, Any, float], None]] = {
             Send: self._send, Multicast: self._multicast, Deliver: self._deliver, ViewInstalled: _ignore,
-            OptimisticView: _ignore, Rollback: _ignore, MemberSuspected: _ignore, MemberBusy: _ignore,
+            OptimisticView: _ignore, Rollback: _ignore, NotDelivered: _ignore, TransitionalView: _ignore,
+            MemberSuspected: _ignore, MemberBusy: _ignore,
         }
         self._dispatch: tuple[Handler, ...] = (self._arrive, self._timer, self._app, self._fault, self._resume,
                                                self._bucket, self._retry)

@@ -29,7 +29,8 @@ unicast socket (a multicast to the group address, or to every peer when
 multicast is off). A send error (EPERM from a firewall, ENETUNREACH...) is
 counted by errno name and never raised: UDP is unreliable anyway and the
 protocol above the wire repairs loss. ``Deliver``, ``ViewInstalled``,
-``OptimisticView``, ``Rollback``, ``MemberSuspected``, ``MemberBusy`` and
+``OptimisticView``, ``Rollback``, ``NotDelivered``, ``TransitionalView``,
+``MemberSuspected``, ``MemberBusy`` and
 ``GroupError`` go to the group's bounded memory channel (``Config.app_queue``).
 ``TraceEvent`` goes to the trace recorder (``recorder.py``) when the node was
 opened with ``trace=DIR``, which also counts every datagram sent and
@@ -103,11 +104,14 @@ from ..actions import (
     GroupError,
     MemberBusy,
     MemberSuspected,
+    MessageId,
     Multicast,
+    NotDelivered,
     OptimisticView,
     Rollback,
     Send,
     TraceEvent,
+    TransitionalView,
     ViewInstalled,
 )
 from ..config import Config, Order
@@ -117,7 +121,8 @@ from .event_queue import EventQueue
 from .recorder import FLUSH_EVERY, TraceRecorder
 from .sockets import Endpoint, NodeSockets, open_sockets, read_refusals
 
-AppEvent = Union[Deliver, ViewInstalled, OptimisticView, Rollback, MemberSuspected, MemberBusy, GroupError]
+AppEvent = Union[Deliver, ViewInstalled, OptimisticView, Rollback, NotDelivered, TransitionalView, MemberSuspected,
+                 MemberBusy, GroupError]
 """What a group's channel carries; ``sgcs.api`` turns them into public events."""
 _COUNTED_EVENTS = tuple(kind for kind in typing.get_args(AppEvent) if kind is not GroupError)
 """Events that count in ``events_discarded`` when a cancelled route never
@@ -265,10 +270,19 @@ class TrioDriver:
             self._progress = trio.Event()
         return actions
 
-    async def multicast(self, group: str, payload: bytes, block: bool = True) -> None:
+    async def multicast(self, group: str, payload: bytes, block: bool = True) -> MessageId:
         """Multicast under flow control: wait for the node's send delay, and while
         the window is full wait for the node to make progress (ACKs arriving).
-        ``block=False`` raises ``WouldBlock`` instead of waiting."""
+        ``block=False`` raises ``WouldBlock`` instead of waiting. Returns the
+        message's id."""
+        sent: list[MessageId] = []
+
+        def send(now: float) -> list[Action]:
+            actions = self.node.multicast(group, payload, now)
+            assert self.node.last_sent is not None
+            sent.append(self.node.last_sent)  # read before any other call can send
+            return actions
+
         while True:
             if self._closed:
                 raise UsageError("this sgcs node is closed; open a new one with sgcs.open_node")
@@ -276,7 +290,8 @@ class TrioDriver:
             ready = self.node.send_ready_at(group, trio.current_time())
             if ready is not None and ready <= trio.current_time():
                 try:
-                    return await self._send_now(lambda now: self.node.multicast(group, payload, now))
+                    await self._send_now(send)
+                    return sent[0]
                 except WouldBlock:
                     if not block:
                         raise
@@ -578,6 +593,8 @@ _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
     ViewInstalled: TrioDriver._to_app,
     OptimisticView: TrioDriver._to_app,
     Rollback: TrioDriver._to_app,
+    NotDelivered: TrioDriver._to_app,
+    TransitionalView: TrioDriver._to_app,
     MemberSuspected: TrioDriver._to_app,
     MemberBusy: TrioDriver._to_app,
     GroupError: TrioDriver._to_app,

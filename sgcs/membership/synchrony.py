@@ -28,8 +28,13 @@ Phases (``Phase``) and what moves between them (``Step``, ``TRANSITIONS``):
   messages are sorted out (``settle``): delivered in the new view, rolled back
   (their proposal lost: the optimistic view was not a subset of the installed
   one), or withdrawn (sent under a proposal another view may have installed:
-  neither delivered nor reported rolled back; the sender counts them as of
-  unknown fate). Then the phase is ``STABLE`` again.
+  neither delivered nor reported rolled back here; their sender gets a
+  ``NotDelivered`` for them). Then the phase is ``STABLE`` again.
+
+Every own message this sorting drops gets an outcome at its sender
+(``undelivered``, which the group reports as ``NotDelivered`` with a reason):
+extended virtual synchrony's self-delivery, where the sender cannot deliver
+it consistently with the others, becomes a typed "not delivered here".
 
 Rules enforced here, each found by randomized exploration (the seeds are in
 the comments where they apply): a message within the cut but held here was
@@ -85,6 +90,18 @@ class Fate(Enum):
     KEEP = "keep"
     ROLLED_BACK = "rolled_back"
     GONE = "gone"
+    """Not delivered here; if it is ours, ``undelivered`` names it and why."""
+
+
+LEFT_OUT = "left_out"
+"""Our own message, held when we were left out of a change (or gave up its
+cut): the members that went on may deliver it in the view we missed."""
+VIEW_MISSED = "view_missed"
+"""Our own message sent under a view we never installed: its members
+delivered it there."""
+WITHDRAWN = "withdrawn"
+"""Our own message sent under another coordinator's proposal, which may have
+been installed elsewhere: this view neither delivers it nor rolls it back."""
 
 
 class ViewChange:
@@ -118,8 +135,9 @@ class ViewChange:
         self.abandoned: Commit | None = None
         """A committed view we gave up completing: members that installed it
         deliver our messages sent under it, so we may not report them rolled back."""
-        self.fate_unknown = 0
-        """Own messages we neither delivered nor rolled back."""
+        self.undelivered: list[tuple[Message, str]] = []
+        """Own messages this change dropped, with the reason, until the group
+        reports them (``take_undelivered``)."""
         self.discarded = 0
         """Others' messages dropped by a change (withdrawn, or left in an order we could not complete)."""
 
@@ -213,27 +231,45 @@ class ViewChange:
         if sender in foreign:
             return Fate.GONE  # its records come afresh after the cut, in the new view
         if message.optimistic and message.epoch_tag != commit.view.epoch % 64 and commit.moved_on(sender, old):
-            return Fate.GONE  # sent under the view we missed: its members delivered it there (or rolled it back)
+            # sent under the view we missed: its members delivered it there (or rolled it back)
+            return self._gone(message, VIEW_MISSED)
         if message.optimistic and (message.last or message.seq) <= commit.cut.get(sender, 0):
             # Held here, yet within the cut: the members that installed the
             # view it was sent under (we and its sender missed that view)
             # hold or delivered it there. Delivering it now would put it in
             # a second view, one that may lack members of its optimistic
             # view (randomized total-order machine, seed 567377617).
-            if mine:
-                self.fate_unknown += 1
-            return Fate.GONE
+            return self._gone(message, VIEW_MISSED)
         if sender not in new or left_out:
             if not mine:
                 return Fate.GONE
             if self._maybe_delivered_elsewhere(message):
-                self.fate_unknown += 1
-                return Fate.GONE
+                return self._gone(message, LEFT_OUT)
             return Fate.ROLLED_BACK  # sent under a view we are not in
         if self.is_withdrawn(message):
             self.drop_withdrawn(message)
             return Fate.GONE
         return Fate.ROLLED_BACK if self.is_rolled_back(message) else Fate.KEEP
+
+    def _gone(self, message: Message, reason: str) -> Fate:
+        if message.sender == self.me:
+            self.undelivered.append((message, reason))
+        return Fate.GONE
+
+    def take_undelivered(self) -> list[tuple[Message, str]]:
+        """Own messages dropped since the last call, with their reasons."""
+        undelivered, self.undelivered = self.undelivered, []
+        return undelivered
+
+    def take_own_held(self) -> list[Message]:
+        """Our own held messages sent in our view (not optimistic), out of
+        the held list: left out, we deliver them ourselves in a transitional
+        view (extended virtual synchrony's self-delivery), since no member of
+        the others' next view delivers them."""
+        own = [m for m in self.held if m.sender == self.me and not m.optimistic]
+        if own:
+            self.held = [m for m in self.held if m.sender != self.me or m.optimistic]
+        return own
 
     def _maybe_delivered_elsewhere(self, message: Message) -> bool:
         """Our held message, as we start again alone (left out of a change, or
@@ -312,8 +348,8 @@ class ViewChange:
     def drop_withdrawn(self, message: Message) -> None:
         """Sent under a proposal that another view may have installed (and
         delivered it in): not ours to deliver, nor to call rolled back. Its
-        sender counts it as of unknown fate."""
+        sender gets a ``NotDelivered`` for it."""
         if message.sender == self.me:
-            self.fate_unknown += 1
+            self.undelivered.append((message, WITHDRAWN))
         else:
             self.discarded += 1

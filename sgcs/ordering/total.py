@@ -357,6 +357,18 @@ class OrderingLayer:
         discarded = [m for sender in sorted(self._streams) for m in self._streams[sender].queue]
         return delivered, discarded
 
+    def take_stream(self, member: int) -> list[OrderedMessage]:
+        """End of a view we leave alone: ``member``'s undelivered messages, in
+        its order, out of ours (stale heads of the heap are skipped by
+        ``drain`` and ``deliverable``, which check the stream's head)."""
+        stream = self._streams.get(member)
+        if stream is None or not stream.queue:
+            return []
+        taken = list(stream.queue)
+        stream.delivered = max(stream.delivered, taken[-1].last)
+        stream.queue, stream.stamps = _EMPTY, _EMPTY
+        return taken
+
     def waiting_ids(self) -> list[tuple[int, int]]:
         """(sender, first record) of every message held back, by sender."""
         return [(s, m.first) for s in sorted(self._streams) for m in self._streams[s].queue]
