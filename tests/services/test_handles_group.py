@@ -1,7 +1,8 @@
 """Handles over real sgcs groups on loopback: codes filter deliveries, p2p and
 targeted multicast, priorities overtake bulk data under flow control,
 single-TCD exclusivity across two processes (one of them then killed with
-SIGKILL, which frees the code), and survival signals on the handles."""
+SIGKILL, which frees the code) and across a merge (a newcomer that won a code
+in its lone first view gives it back), and survival signals on the handles."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import trio
 
 import sgcs
 from _net import private_multicast
-from sgcs.services.handles import Data, ExclusiveRefused, NodeEvent, attach
+from sgcs.services.handles import Data, ExclusiveLost, ExclusiveRefused, NodeEvent, attach
 
 SECRET = b"handles test secret!"
 WAIT = 20.0
@@ -108,6 +109,37 @@ async def test_exclusive_receive_in_one_process_and_release_on_close() -> None:
             await trio.sleep(0.3)  # the release is multicast in total order
             taken = await b.receive_exclusive(77)
             assert taken.exclusive is not None
+
+
+async def test_a_newcomer_that_won_a_code_in_its_lone_view_gives_it_back_after_the_merge() -> None:
+    net = private_multicast(beacon_interval=0.1)
+    async with sgcs.open_node(config("a", net)) as na, attach(na, "field") as a:
+        with trio.fail_after(WAIT):
+            kept = await a.receive_exclusive(600)
+        async with sgcs.open_node(config("b", net)) as nb, attach(nb, "field") as b:
+            # b claims at once: usually inside its first view, where it is alone, so
+            # the claim is granted there (the bug); if discovery was quicker, a objects
+            try:
+                with trio.fail_after(WAIT):
+                    newcomer = await b.receive_exclusive(600, timeout=WAIT / 2)
+            except ExclusiveRefused as refused:
+                assert not isinstance(refused, ExclusiveLost)
+                newcomer = None
+            await until_members(a, 2)
+            await until_members(b, 2)
+            with trio.fail_after(WAIT):
+                await a.reconciled()
+                await b.reconciled()
+            assert a.holder(600) == b.holder(600) == a.me  # a won first: it keeps the code
+            if newcomer is not None:
+                with trio.fail_after(WAIT), pytest.raises(ExclusiveLost) as lost:
+                    await newcomer.receive()
+                assert (lost.value.tcd, lost.value.holder, lost.value.reason) == (600, a.me, "merge")
+            print("the newcomer's claim was", "granted alone, then lost" if newcomer else "refused")
+            await b.multicast(600).send(b"to the holder")
+            with trio.fail_after(WAIT):
+                got = await kept.receive()
+            assert isinstance(got, Data) and got.data == b"to the holder"
 
 
 PEER = textwrap.dedent("""

@@ -1,9 +1,11 @@
 """The ADS communication middleware on sgcs: transaction codes (TCD), attach
 and detach, point-to-point, multicast, multi-TCD and single-TCD (exclusive)
-handles, priority sending and survival signals. See docs/handles.md."""
+handles (kept exclusive across merges of views: ``ExclusiveLost``), priority
+sending and survival signals. See docs/handles.md."""
 
-from .module import Data, ExclusiveRefused, Module, ModuleStatistics, NodeEvent, ReceiveHandle, SendHandle, attach
+from .module import (Data, ExclusiveLost, ExclusiveRefused, Module, ModuleStatistics, NodeEvent, ReceiveHandle,
+                     SendHandle, attach)
 from .tcd import APP_MAX, APP_MIN, PRIORITIES, RESERVED_MIN, check_app_code
 
-__all__ = ["APP_MAX", "APP_MIN", "PRIORITIES", "RESERVED_MIN", "Data", "ExclusiveRefused", "Module",
+__all__ = ["APP_MAX", "APP_MIN", "PRIORITIES", "RESERVED_MIN", "Data", "ExclusiveLost", "ExclusiveRefused", "Module",
            "ModuleStatistics", "NodeEvent", "ReceiveHandle", "SendHandle", "attach", "check_app_code"]

@@ -7,9 +7,11 @@ sgcs node with ``config``, attaches a module to ``field`` and waits to be
 told to stop. Every call from the program's threads crosses over with
 ``trio.from_thread.run`` (the caller blocks while a trio task runs the trio
 API's coroutine, and gets its result or exception unchanged, e.g.
-``ExclusiveRefused``). ``receive`` is one such round trip per event, with an
-optional timeout (None: wait): simple, and fast enough for handle traffic;
-programs that need tens of thousands of events per second use the trio API.
+``ExclusiveRefused``, or ``ExclusiveLost`` from ``receive`` on a handle whose
+code the merge rule gave to another member). ``receive`` is one such round
+trip per event, with an optional timeout (None: wait): simple, and fast
+enough for handle traffic; programs that need tens of thousands of events per
+second use the trio API.
 
 ``detach()`` (or leaving the ``with`` block) releases exclusive codes, leaves
 the group, closes the node and joins the thread.
@@ -28,7 +30,7 @@ import trio
 import sgcs
 from sgcs.errors import UsageError
 
-from .module import HandleEvent, Module, ReceiveHandle, SendHandle
+from .module import ExclusiveLost, HandleEvent, Module, ReceiveHandle, SendHandle
 from .module import attach as attach_trio
 
 T = TypeVar("T")
@@ -57,8 +59,15 @@ class BlockingReceiveHandle:
     def tcds(self) -> frozenset[int]:
         return self._handle.tcds
 
+    @property
+    def lost(self) -> ExclusiveLost | None:
+        """Set once the merge rule gave this handle's code to another member."""
+        return self._handle.lost
+
     def receive(self, timeout: float | None = None) -> HandleEvent | None:
-        """The next ``Data`` or ``NodeEvent``; None after ``timeout`` seconds."""
+        """The next ``Data`` or ``NodeEvent``; None after ``timeout`` seconds.
+        Raises ``ExclusiveLost`` (after the frames already queued) once the
+        handle's code went to another member, ``trio.EndOfChannel`` once closed."""
         async def get() -> HandleEvent | None:
             with trio.move_on_after(timeout if timeout is not None else float("inf")):
                 return await self._handle.receive()
@@ -145,6 +154,24 @@ class BlockingModule:
     def receive_exclusive(self, tcd: int, *, liveness: bool = False, timeout: float = 30.0) -> BlockingReceiveHandle:
         handle = self._call(partial(self.module.receive_exclusive, tcd, liveness=liveness, timeout=timeout))
         return BlockingReceiveHandle(self, handle)
+
+    def holder(self, tcd: int) -> int | None:
+        """The member holding single-TCD code ``tcd`` by this module's table (``Module.holder``)."""
+        async def look() -> int | None:
+            return self.module.holder(tcd)
+
+        return self._call(look)
+
+    def reconciled(self, timeout: float = 30.0) -> bool:
+        """Wait until the current view's claim tables are exchanged and the merge
+        rule applied (``Module.reconciled``); False if ``timeout`` seconds pass first."""
+        async def wait() -> bool:
+            with trio.move_on_after(timeout):
+                await self.module.reconciled()
+                return True
+            return False
+
+        return self._call(wait)
 
     def flush(self) -> None:
         self._call(self.module.flush)

@@ -16,6 +16,17 @@ tasks, a dispatcher and a sender. In between the module makes handles:
   the whole group (``claims.py``: a claim in total order, every member answers,
   the earliest claim wins); a second claim raises ``ExclusiveRefused``.
 
+**Merges.** A module that starts alone, or a side of a partition, grants codes
+in its own view, so two views that merge may both hold one code. After every
+view change the members exchange their claim tables (HOLDINGS, one multicast
+each) and apply one rule to the same reports at the same point of the total
+order (``claims.py``, "Merges"): the earliest grant keeps the code (equal
+times: the lowest member id). The loser's handle gives the frames it already
+had, then raises ``ExclusiveLost``; every member's table names the same holder
+(``module.holder(tcd)``), and ``await module.reconciled()`` waits for the
+current view's exchange. Claims under way when a view brings members their
+view lacked start again in the new view, so they are put to every member.
+
 **Priority sending.** The application gives only a handle and a data
 priority (0-9, higher first). ``send`` puts the frame into the module's
 priority queue and returns; the sender task hands frames to sgcs one at a time,
@@ -42,10 +53,11 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Any, Literal, Protocol, Union
 
 import trio
 
@@ -53,7 +65,7 @@ import sgcs
 from sgcs.errors import DecodeError, UsageError
 
 from . import tcd as codes
-from .claims import ClaimTable, PendingClaim
+from .claims import ClaimTable, Loss, PendingClaim
 
 CONTROL_PRIORITY = codes.PRIORITIES
 """Above every application priority: claims and answers never wait behind data."""
@@ -62,10 +74,30 @@ UNICAST_RETRY = 0.005
 """Seconds between tries of a unicast whose window is full."""
 
 NodeEventKind = Literal["joined", "left", "failed", "suspected", "busy"]
+LossReason = Literal["merge"]
 
 
 class ExclusiveRefused(UsageError):
     """Another module of the group holds (or claimed first) this single-TCD receive."""
+
+
+class ExclusiveLost(ExclusiveRefused):
+    """This module's single-TCD receive of ``tcd`` went to member ``holder``.
+
+    ``reason`` "merge": two views that each granted the code merged, and the
+    merge rule (earliest grant; equal times, lowest member id) kept the other
+    grant. The handle raises it once the frames it already had are read (and on
+    every receive after); ``receive_exclusive`` raises it when the loss came
+    before the handle was made. A subclass of ``ExclusiveRefused``: code that
+    handles a refused claim handles this one too."""
+
+    def __init__(self, tcd: int, holder: int, reason: LossReason = "merge") -> None:
+        super().__init__(f"single-TCD receive of code {tcd} lost to member {holder} ({reason}: "
+                         f"granted there first); claim it again once it is free")
+        self.tcd, self.holder, self.reason = tcd, holder, reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.tcd, self.holder, self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +131,12 @@ class ModuleStatistics:
     dropped_not_for_us: int = 0
     undeliverable: int = 0
     """Point-to-point sends to a node that was not in the view when their turn came."""
+    reconciliations: int = 0
+    """Views whose exchange of claim tables completed here."""
+    exclusive_lost: int = 0
+    """Single-TCD codes this module lost to the merge rule."""
+    claims_restarted: int = 0
+    """Claims started again because a new view brought members their view lacked."""
 
 
 class SendHandle:
@@ -127,13 +165,27 @@ class ReceiveHandle:
         self.exclusive = exclusive
         self._send, self._receive = trio.open_memory_channel[HandleEvent](queue_size)
         self.closed = False
+        self.lost: ExclusiveLost | None = None
+        """Set when the merge rule took this handle's code: it receives nothing more."""
 
     async def receive(self) -> HandleEvent:
-        """The next ``Data`` or ``NodeEvent``; raises ``trio.EndOfChannel`` once closed."""
-        return await self._receive.receive()
+        """The next ``Data`` or ``NodeEvent``; raises ``trio.EndOfChannel`` once
+        closed, ``ExclusiveLost`` (after the frames already queued) once its code was lost."""
+        try:
+            return await self._receive.receive()
+        except trio.EndOfChannel:
+            if self.lost is not None:
+                raise self.lost from None
+            raise
 
     def __aiter__(self) -> AsyncIterator[HandleEvent]:
-        return self._receive.__aiter__()
+        return self
+
+    async def __anext__(self) -> HandleEvent:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
 
     async def close(self) -> None:
         """Stop receiving; an exclusive handle releases its code to the group."""
@@ -144,21 +196,48 @@ class ReceiveHandle:
         await self._send.aclose()
         if self.exclusive is not None:
             tcd, nonce = self.exclusive
+            self._module._claims.give_up(tcd, nonce)
             await self._module._control(codes.TCD_RELEASE, codes.encode_claim(tcd, nonce))
+
+    def _lose(self, error: ExclusiveLost) -> None:
+        """The dispatcher's: the code went elsewhere. No RELEASE: the winner's record already replaced ours."""
+        self.lost = error
+        self.closed = True
+        self._module._handles.remove(self)
+        self._send.close()  # the reader gets what is queued, then ``error``
 
 
 @dataclass
 class _Claim:
+    nonce: int
+    """The claim's current nonce (a claim started again in a new view gets a new one)."""
     done: trio.Event = field(default_factory=trio.Event)
     result: PendingClaim | None = None
+
+
+class Group(Protocol):
+    """What a module uses of ``sgcs.GroupHandle`` (a test may give it an in-memory group)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    async def send(self, payload: bytes, *, to: int | None = None) -> object: ...
+
+    def __aiter__(self) -> AsyncIterator[sgcs.Event]: ...
+
+
+def _new_nonce() -> int:
+    return int.from_bytes(os.urandom(8), "big") or 1
 
 
 class Module:
     """An attached ADS module; make it with ``attach``."""
 
-    def __init__(self, group: sgcs.GroupHandle, *, queue_size: int, send_queue: int) -> None:
+    def __init__(self, group: Group, *, queue_size: int, send_queue: int,
+                 clock: Callable[[], float] = time.time) -> None:
         self.group = group
         self.me = group.node_id
+        self._clock = clock
         self.statistics = ModuleStatistics()
         self._queue_size = queue_size
         self._send_queue = send_queue
@@ -170,7 +249,12 @@ class Module:
         self._claims = ClaimTable(self.me)
         self._claim_waiters: dict[tuple[int, int], _Claim] = {}
         self._members: tuple[int, ...] = ()
+        self._view_id = ""
         self._view_ready = trio.Event()
+        self._changed = trio.Event()
+        """Set (and replaced) at every view change and completed exchange: ``reconciled`` waits on it."""
+        self._lost_early: dict[tuple[int, int], int] = {}
+        """(tcd, nonce) -> holder: codes lost between our claim's win and its handle."""
         self._idle = trio.Event()
         self._idle.set()
 
@@ -183,6 +267,19 @@ class Module:
     def members(self) -> tuple[int, ...]:
         """The data field's members in the current view, sorted."""
         return self._members
+
+    def holder(self, tcd: int) -> int | None:
+        """The member that holds single-TCD code ``tcd`` (or has a claim of it
+        under way), by this module's table; None: free. After ``reconciled()``
+        every member of the view names the same holder of each granted code."""
+        return self._claims.holder(codes.check_app_code(tcd))
+
+    async def reconciled(self) -> None:
+        """Wait until the members of the current view have exchanged their claim
+        tables and applied the merge rule (at once if they have). If the view
+        changes meanwhile, waits for the new view's exchange."""
+        while self._claims.reconciled_view != self._view_id:
+            await self._changed.wait()
 
     # ------------------------------------------------------------ handles
 
@@ -217,27 +314,45 @@ class Module:
 
         Raises ``ExclusiveRefused`` if another module holds the code or claimed it first."""
         codes.check_app_code(tcd)
-        if any(h.exclusive and h.exclusive[0] == tcd for h in self._handles):
+        if type(timeout) not in (int, float) or not timeout > 0:
+            raise UsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if tcd in self._claims.mine or any(h.exclusive and h.exclusive[0] == tcd for h in self._handles):
             raise ExclusiveRefused(f"this module already holds single-TCD receive of code {tcd}")
-        nonce = int.from_bytes(os.urandom(8), "big") or 1
+        nonce = _new_nonce()
         self._claims.start_claim(tcd, nonce)
-        waiter = _Claim()
+        waiter = _Claim(nonce)
         self._claim_waiters[(tcd, nonce)] = waiter
-        await self._control(codes.TCD_CLAIM, codes.encode_claim(tcd, nonce))
-        with trio.move_on_after(timeout) as scope:
-            await waiter.done.wait()
-        self._claim_waiters.pop((tcd, nonce), None)
+        try:
+            await self._control(codes.TCD_CLAIM, codes.encode_claim(tcd, nonce))
+            with trio.move_on_after(timeout):
+                await waiter.done.wait()
+        except BaseException:
+            # cancelled from outside: withdraw, or a code won meanwhile would stay held with no handle
+            with trio.CancelScope(shield=True):
+                await self._withdraw(tcd, waiter)
+            raise
         result = waiter.result
-        if scope.cancelled_caught or result is None or not result.won:
-            self._claims.pending.pop((tcd, nonce), None)
-            await self._control(codes.TCD_ABANDON, codes.encode_claim(tcd, nonce))
+        if result is None or not result.won:  # (a win that raced the timeout still counts: it was granted)
+            await self._withdraw(tcd, waiter)
             holders = sorted(result.holders) if result else []
             why = f"held by member {holders[0]}" if holders else f"no decision within {timeout} s"
             raise ExclusiveRefused(f"single-TCD receive of code {tcd} refused: {why}")
+        self._claim_waiters.pop((tcd, waiter.nonce), None)
+        lost_to = self._lost_early.pop((tcd, waiter.nonce), None)
+        if lost_to is not None:
+            raise ExclusiveLost(tcd, lost_to)
         handle = ReceiveHandle(self, frozenset({tcd}), liveness=liveness, queue_size=self._queue_size,
-                               exclusive=(tcd, nonce))
+                               exclusive=(tcd, waiter.nonce))
         self._handles.append(handle)
         return handle
+
+    async def _withdraw(self, tcd: int, waiter: _Claim) -> None:
+        """Forget a claim that will get no handle, won or not, and tell the group (ABANDON)."""
+        self._claim_waiters.pop((tcd, waiter.nonce), None)
+        self._claims.pending.pop((tcd, waiter.nonce), None)
+        self._claims.give_up(tcd, waiter.nonce)
+        self._lost_early.pop((tcd, waiter.nonce), None)
+        await self._control(codes.TCD_ABANDON, codes.encode_claim(tcd, waiter.nonce))
 
     async def flush(self) -> None:
         """Wait until every queued frame was handed to sgcs."""
@@ -296,9 +411,29 @@ class Module:
     async def _on_view(self, change: sgcs.ViewChange) -> None:
         first = not self._view_ready.is_set()
         self._members = change.members
-        self._view_ready.set()
+        self._view_id = change.view_id
+        # Claims put to a view that lacked some of these members start again first,
+        # so that only claims every member of this view was asked about get decided.
+        restarted = []
+        for claim in self._claims.stale_claims(change.members):
+            waiter = self._claim_waiters.pop((claim.tcd, claim.nonce), None)
+            fresh = self._claims.restart(claim, _new_nonce())
+            if waiter is not None:
+                waiter.nonce = fresh.nonce
+                self._claim_waiters[(fresh.tcd, fresh.nonce)] = waiter
+            restarted.append((claim.nonce, fresh))
         for claim in self._claims.on_view(change.members):
             self._decided(claim)
+        # Our report comes after every decision above: a code won on the old
+        # view's answers is in it, and the merge rule settles it.
+        held, pending = self._claims.begin_exchange(change.view_id, change.members)
+        self._view_ready.set()
+        self._notify()
+        await self._control(codes.TCD_HOLDINGS, codes.encode_holdings(change.view_id, held, pending))
+        for old_nonce, fresh in restarted:
+            self.statistics.claims_restarted += 1
+            await self._control(codes.TCD_ABANDON, codes.encode_claim(fresh.tcd, old_nonce))
+            await self._control(codes.TCD_CLAIM, codes.encode_claim(fresh.tcd, fresh.nonce))
         if first:
             return
         for kind, nodes in (("joined", change.joined), ("left", change.left), ("failed", change.failed)):
@@ -315,7 +450,7 @@ class Module:
         try:
             frame = codes.decode_frame_untrusted(delivery.payload)
             if frame.tcd >= codes.RESERVED_MIN:
-                await self._on_control(frame, delivery.sender)
+                await self._on_control(frame, delivery.sender, delivery.view_id)
                 return
         except DecodeError:
             self.statistics.dropped_undecodable += 1
@@ -329,7 +464,7 @@ class Module:
             if frame.tcd in handle.tcds and not handle.closed:
                 await handle._send.send(data)
 
-    async def _on_control(self, frame: codes.Frame, sender: int) -> None:
+    async def _on_control(self, frame: codes.Frame, sender: int, view_id: str) -> None:
         if frame.tcd == codes.TCD_CLAIM:
             tcd, nonce = codes.decode_claim_untrusted(frame.data)
             answer = self._claims.on_claim(tcd, sender, nonce, self._members)
@@ -349,14 +484,39 @@ class Module:
         elif frame.tcd in (codes.TCD_RELEASE, codes.TCD_ABANDON):
             tcd, nonce = codes.decode_claim_untrusted(frame.data)
             self._claims.on_release(tcd, sender, nonce)
+        elif frame.tcd == codes.TCD_HOLDINGS:
+            reported_for, held, pending = codes.decode_holdings_untrusted(frame.data)
+            losses = self._claims.on_report(reported_for, view_id, sender, held, pending)
+            if losses is not None:
+                self.statistics.reconciliations += 1
+                for loss in losses:
+                    self._lose(loss)
+                self._notify()
         else:
             raise DecodeError("field", f"unknown reserved code {frame.tcd}")
 
     def _decided(self, claim: PendingClaim) -> None:
+        if claim.won:
+            # recorded now, in the dispatcher, so the next view's report has it
+            # even if the claimant's task has not resumed yet
+            self._claims.granted(claim, int(self._clock() * 1_000_000))
         waiter = self._claim_waiters.get((claim.tcd, claim.nonce))
         if waiter is not None:
             waiter.result = claim
             waiter.done.set()
+
+    def _lose(self, loss: Loss) -> None:
+        self.statistics.exclusive_lost += 1
+        for handle in self._handles:
+            if handle.exclusive == (loss.tcd, loss.nonce):
+                handle._lose(ExclusiveLost(loss.tcd, loss.holder))
+                return
+        if (loss.tcd, loss.nonce) in self._claim_waiters:  # won, but its claimant has not made the handle yet
+            self._lost_early[(loss.tcd, loss.nonce)] = loss.holder
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def _detach(self) -> None:
         for handle in list(self._handles):
@@ -367,14 +527,17 @@ class Module:
 
 @asynccontextmanager
 async def attach(node: sgcs.NodeHandle, field: str, *, queue_size: int = 1_024,
-                 send_queue: int = 10_000) -> AsyncIterator[Module]:
+                 send_queue: int = 10_000, clock: Callable[[], float] = time.time) -> AsyncIterator[Module]:
     """Attach a module to the data field ``field`` (an sgcs group in total order)
     for the duration of the block; leaving it detaches: exclusive codes are
-    released, queued frames get up to 2 s to go out, and the group is left."""
+    released, queued frames get up to 2 s to go out, and the group is left.
+    ``clock``: the wall clock that stamps won codes for the merge rule (seconds)."""
     if type(queue_size) is not int or queue_size < 1 or type(send_queue) is not int or send_queue < 1:
         raise UsageError("queue_size and send_queue must be positive ints")
+    if not callable(clock):
+        raise UsageError(f"clock must be a function returning seconds, got {clock!r}")
     async with node.join(field, order=sgcs.Order.TOTAL) as group, trio.open_nursery() as nursery:
-        module = Module(group, queue_size=queue_size, send_queue=send_queue)
+        module = Module(group, queue_size=queue_size, send_queue=send_queue, clock=clock)
         nursery.start_soon(module._dispatch)
         nursery.start_soon(module._send_loop)
         await module._view_ready.wait()

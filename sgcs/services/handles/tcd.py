@@ -18,6 +18,7 @@ the module drops and counts such frames.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from sgcs.errors import DecodeError, UsageError
@@ -39,6 +40,9 @@ TCD_RELEASE = 60_003
 """Multicast: the holder gave the code up (detach, or the handle closed)."""
 TCD_ABANDON = 60_004
 """Multicast: a refused claimant withdraws its claim."""
+TCD_HOLDINGS = 60_005
+"""Multicast after every view change: "in view V I hold these codes and claim those"
+(the claim tables' exchange that reconciles a merge, claims.py)."""
 
 
 class Frame(NamedTuple):
@@ -106,3 +110,38 @@ def decode_answer_untrusted(data: bytes) -> tuple[int, int, int, int]:
         raise DecodeError("length", "answer")
     tcd, claimant, nonce, holder = _ANSWER.unpack(data)
     return tcd, claimant, nonce, holder
+
+
+_HOLDINGS = struct.Struct(">BHH")      # view id length, held count, pending count; then the view id (ASCII)
+_HELD = struct.Struct(">HQQ")          # tcd, nonce, granted (microseconds since the Unix epoch, the holder's clock)
+_PENDING = _CLAIM                      # tcd, nonce
+VIEW_ID_MAX = 255
+
+
+def encode_holdings(view_id: str, held: Sequence[tuple[int, int, int]], pending: Sequence[tuple[int, int]]) -> bytes:
+    """A member's report for the exchange of view ``view_id``: its granted codes
+    ``(tcd, nonce, granted_us)`` and its claims under way ``(tcd, nonce)``."""
+    name = view_id.encode("ascii")
+    if len(name) > VIEW_ID_MAX:
+        raise UsageError(f"a view id has at most {VIEW_ID_MAX} ASCII characters, got {len(name)}")
+    return b"".join([_HOLDINGS.pack(len(name), len(held), len(pending)), name,
+                     *(_HELD.pack(*entry) for entry in held), *(_PENDING.pack(*entry) for entry in pending)])
+
+
+def decode_holdings_untrusted(data: bytes) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int]]]:
+    if len(data) < _HOLDINGS.size:
+        raise DecodeError("length", "holdings")
+    name_length, held_count, pending_count = _HOLDINGS.unpack_from(data)
+    if len(data) != _HOLDINGS.size + name_length + held_count * _HELD.size + pending_count * _PENDING.size:
+        raise DecodeError("length", "holdings")
+    offset = _HOLDINGS.size + name_length
+    try:
+        view_id = data[_HOLDINGS.size:offset].decode("ascii")
+    except UnicodeDecodeError:
+        raise DecodeError("field", "holdings view id") from None
+    held = [_HELD.unpack_from(data, offset + i * _HELD.size) for i in range(held_count)]
+    offset += held_count * _HELD.size
+    pending = [_PENDING.unpack_from(data, offset + i * _PENDING.size) for i in range(pending_count)]
+    if any(not APP_MIN <= entry[0] <= APP_MAX for entry in [*held, *pending]):
+        raise DecodeError("field", "holdings of a code outside the application range")
+    return view_id, held, pending
