@@ -85,6 +85,9 @@ class NotDelivered:
     outcome: its own ``Delivery``, a ``Rollback`` (delivered nowhere), or this.
     ``reason`` says why, and what the other members may have done:
 
+    * ``"left_out"``: it was sent under a view change this member was then
+      left out of (or whose cut it could not complete); the members that
+      went on may deliver it in the view they install.
     * ``"view_missed"``: it was sent under a view change whose view this
       member never installed (it moved on before the commit reached it); the
       members that installed that view delivered it there.
@@ -100,7 +103,7 @@ class NotDelivered:
     reason: str
 
 
-NOT_DELIVERED_REASONS = ("view_missed", "withdrawn")
+NOT_DELIVERED_REASONS = ("left_out", "view_missed", "withdrawn")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sgcs.actions import Deliver, GroupError, Multicast, Send, TraceEvent, ViewInstalled
+from sgcs.actions import Deliver, GroupError, Multicast, NotDelivered, Rollback, Send, TraceEvent, ViewInstalled
 from sgcs.config import Config, Order
 from sgcs.errors import UsageError, WouldBlock
 from sgcs.node import Node
@@ -263,6 +263,9 @@ class AdversarialNetwork(RuleBasedStateMachine):
         self.causes: dict[tuple[int, int], set[tuple[int, int]]] = {}  # sender's past at send time
         self.final_sends: list[tuple[int, int]] = []
         self.incarnations: dict[int, int] = {}
+        self.awaiting: dict[int, set[int]] = {}
+        """Per node, its own multicasts (seq) with no outcome seen yet: its
+        delivery, a Rollback or a NotDelivered (checked at teardown)."""
 
     @property
     def nodes(self) -> dict[int, Node]:
@@ -275,6 +278,7 @@ class AdversarialNetwork(RuleBasedStateMachine):
         for i in ids:
             self.nodes[i] = make_node(i, self.CONFIG)
             self.delivered[i] = []
+            self.awaiting[i] = set()
             self.net.submit(i, self.nodes[i].join("g", self.net.now, order=self.ORDER, members=ids))
 
     @precondition(lambda self: self.nodes)
@@ -285,6 +289,7 @@ class AdversarialNetwork(RuleBasedStateMachine):
         actions = self.nodes[sender].multicast("g", payload, self.net.now)
         (sent,) = [a for a in actions if isinstance(a, TraceEvent) and a.kind == "send"]
         self.causes[(sender, sent.seq)] = past
+        self._sent(sender, sent.seq)
         self.net.submit(sender, actions)
 
     @precondition(lambda self: self.net.in_flight)
@@ -314,6 +319,7 @@ class AdversarialNetwork(RuleBasedStateMachine):
         self.net.restart(node_id, Node(node_id, self.CONFIG, random.Random(f"{node_id}:{incarnation}"),
                                        resolve=lambda n: n, trace=True, incarnation=incarnation))
         self.delivered[node_id] = []  # a new incarnation has a history of its own
+        self.awaiting[node_id] = set()
         self.net.submit(node_id, self.nodes[node_id].join("g", self.net.now, order=self.ORDER))
 
     @rule(step=st.floats(0.0, 2.0))
@@ -323,6 +329,17 @@ class AdversarialNetwork(RuleBasedStateMachine):
     def _observe(self, node_id: int, action: object) -> None:
         if isinstance(action, Deliver):
             self.delivered[node_id].append((action.sender, action.seq))
+            if action.sender == node_id and action.dest is None:
+                self.awaiting[node_id].discard(action.seq)
+        elif isinstance(action, Rollback):
+            self.awaiting[node_id].difference_update(seq for sender, seq in action.messages if sender == node_id)
+        elif isinstance(action, NotDelivered):
+            assert action.message.sender == node_id, f"{node_id} told of another's message: {action}"
+            assert action.message.seq in self.awaiting[node_id], f"{node_id}: a second outcome: {action}"
+            self.awaiting[node_id].discard(action.message.seq)
+
+    def _sent(self, sender: int, seq: int) -> None:
+        self.awaiting[sender].add(seq)
 
     @invariant()
     def no_duplicates_and_fifo(self) -> None:
@@ -372,6 +389,12 @@ class AdversarialNetwork(RuleBasedStateMachine):
             self.send_from(i)
         expected = set(self.final_sends)
         self._run_healed(lambda: all(expected <= set(self.delivered[i]) for i in self.nodes))
+        # one outcome per message: every survivor's own multicasts ended in its
+        # delivery, a Rollback or a NotDelivered (never silence)
+        silent = {i: sorted(self.awaiting[i]) for i in sorted(self.nodes) if self.awaiting[i]}
+        assert not silent, f"own multicasts without an outcome at their live sender: {silent}"
+        unknown = {i: n.statistics().fate_unknown for i, n in sorted(self.nodes.items())}
+        assert set(unknown.values()) == {0}, f"fate_unknown at rest: {unknown}"
 
     def _settled(self) -> bool:
         """One view of exactly the survivors, no change under way, and no
@@ -386,6 +409,7 @@ class AdversarialNetwork(RuleBasedStateMachine):
         actions = self.nodes[sender].multicast("g", b"final", self.net.now)
         (sent,) = [a for a in actions if isinstance(a, TraceEvent) and a.kind == "send"]
         self.final_sends.append((sender, sent.seq))
+        self._sent(sender, sent.seq)
         self.net.submit(sender, actions)
 
     def _run_healed(self, done) -> None:

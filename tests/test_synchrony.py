@@ -100,7 +100,8 @@ def test_a_held_message_within_the_cut_is_never_delivered_twice() -> None:
     change.begin({1: 3, 2: 1}, frozenset(), 3)
     change.install()
     assert change.settle(c, OLD, (1, 2), frozenset(), left_out=False) == ([], [])
-    assert change.fate_unknown == 1  # ours: the members of the view we missed hold or delivered it
+    # ours: the members of the view we missed hold or delivered it; we say so
+    assert change.take_undelivered() == [(own, "view_missed")] and change.take_undelivered() == []
 
 
 def test_giving_up_keeps_own_messages_of_the_abandoned_view_of_unknown_fate() -> None:
@@ -118,5 +119,6 @@ def test_giving_up_keeps_own_messages_of_the_abandoned_view_of_unknown_fate() ->
     change.install()
     kept, rolled_back = change.settle(alone, OLD, (1,), frozenset(), left_out=True)
     # seq 1 the abandoned commit rolled back: we may say so; seq 2 its members may deliver
-    assert kept == [] and rolled_back == [msg(1, 1, True, 4)] and change.fate_unknown == 1
+    assert kept == [] and rolled_back == [msg(1, 1, True, 4)]
+    assert change.take_undelivered() == [(msg(1, 2, True, 4), "left_out")]
     assert change.abandoned is None

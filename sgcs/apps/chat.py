@@ -51,7 +51,8 @@ from typing import Any
 import trio
 
 from ..api import (
-    Delivery, Event, GroupHandle, MemberBusy, MemberSuspected, OptimisticView, Rollback, ViewChange, open_node,
+    Delivery, Event, GroupHandle, MemberBusy, MemberSuspected, NotDelivered, OptimisticView, Rollback,
+    TransitionalView, ViewChange, open_node,
 )
 from ..config import Config
 from ..errors import UsageError
@@ -168,6 +169,14 @@ class ChatMember:
         if any(sender == self.group.node_id for sender, _ in event.messages):
             await self.announce()  # it may have been our hello
 
+    async def _on_not_delivered(self, event: NotDelivered) -> None:
+        self.write(f"* a line you typed during a view change was not delivered here ({event.reason});"
+                   " other members may not have it: type it again")
+        await self.announce()  # it may have been our hello
+
+    async def _on_transitional(self, event: TransitionalView) -> None:
+        self.write(f"* cut off from the others: lines below reached {members(len(event.members))} only")
+
     async def _on_suspected(self, event: MemberSuspected) -> None:
         self.write(f"* {self.label(event.member)} is suspected: no news from it lately")
 
@@ -177,7 +186,8 @@ class ChatMember:
     # each handler takes its own event type, which a dict's value type cannot say
     _ON_EVENT: dict[type[Event], Callable[[ChatMember, Any], Awaitable[None]]] = {
         Delivery: _on_delivery, ViewChange: _on_view, OptimisticView: _on_optimistic,
-        Rollback: _on_rollback, MemberSuspected: _on_suspected, MemberBusy: _on_busy,
+        Rollback: _on_rollback, NotDelivered: _on_not_delivered, TransitionalView: _on_transitional,
+        MemberSuspected: _on_suspected, MemberBusy: _on_busy,
     }
 
     # ------------------------------------------------------------- the reader

@@ -40,7 +40,8 @@ from typing import Any, Callable
 import trio
 
 import sgcs
-from sgcs.api import Delivery, MemberBusy, MemberSuspected, OptimisticView, Rollback, ViewChange
+from sgcs.api import (Delivery, MemberBusy, MemberSuspected, NotDelivered, OptimisticView, Rollback, TransitionalView,
+                      ViewChange)
 from sgcs.apps.members import member_main, report, stdin_closed
 
 GROUP = "demo"
@@ -99,9 +100,11 @@ class Member:
         self.sent = 0
         self.delivered = 0
         self.rolled_back = 0
+        self.not_delivered = 0
         self._handlers: dict[type, Callable[[Any], None]] = {
             Delivery: self._on_delivery, ViewChange: self._on_view, OptimisticView: self._on_proposal,
-            Rollback: self._on_rollback, MemberSuspected: self._on_suspect, MemberBusy: self._on_busy,
+            Rollback: self._on_rollback, NotDelivered: self._on_not_delivered, TransitionalView: self._on_transitional,
+            MemberSuspected: self._on_suspect, MemberBusy: self._on_busy,
         }
 
     async def receive(self, group: sgcs.GroupHandle) -> None:
@@ -120,6 +123,12 @@ class Member:
 
     def _on_rollback(self, event: Rollback) -> None:
         self.rolled_back += len(event.messages)
+
+    def _on_not_delivered(self, event: NotDelivered) -> None:
+        self.not_delivered += 1
+
+    def _on_transitional(self, event: TransitionalView) -> None:
+        report("transitional", t=_now(), view_id=event.view_id, members=list(event.members))
 
     def _on_suspect(self, event: MemberSuspected) -> None:
         report("suspect", t=_now(), member=event.member)

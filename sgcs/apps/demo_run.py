@@ -111,6 +111,7 @@ class DemoRun:
         self._seen: set[tuple[str, Any]] = set()
         self._handlers: dict[str, Callable[[DemoMember, dict[str, Any]], None]] = {
             "joined": self._on_joined, "view": self._on_view, "proposal": self._on_proposal,
+            "transitional": self._on_transitional,
             "suspect": self._on_suspect, "busy": self._on_busy, "counters": self._on_counters,
             "error": self._on_error,
         }
@@ -193,6 +194,11 @@ class DemoRun:
         self._once(("proposal", message["view_id"]),
                    f"view change began: {member.name} sees proposal {message['view_id']} of "
                    f"{names(message['members'])}", message["t"])
+
+    def _on_transitional(self, member: DemoMember, message: dict[str, Any]) -> None:
+        self._once(("transitional", member.name, message["view_id"]),
+                   f"{member.name} delivers its last messages of {message['view_id']} among "
+                   f"{names(message['members'])} only", message["t"])
 
     def _on_suspect(self, member: DemoMember, message: dict[str, Any]) -> None:
         suspect = message["member"]
