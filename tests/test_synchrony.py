@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sgcs.membership.agreement import Commit, View
+from sgcs.membership.agreement import Commit, View, lineage
 from sgcs.membership.synchrony import TRANSITIONS, Phase, Step, ViewChange
 from sgcs.transport.records import Message
 
@@ -122,3 +122,24 @@ def test_giving_up_keeps_own_messages_of_the_abandoned_view_of_unknown_fate() ->
     assert kept == [] and rolled_back == [msg(1, 1, True, 4)]
     assert change.take_undelivered() == [(msg(1, 2, True, 4), "left_out")]
     assert change.abandoned is None
+
+
+def test_a_message_sent_in_a_view_we_missed_is_not_delivered_again_in_the_next() -> None:
+    """Sender 2 installed the view we missed (we flushed from OLD, it from the
+    view after it), and sent 2#5 there after its optimistic 2#4: both are
+    within the next commit's cut, so that view's members delivered them
+    there. We held 2#5 behind 2#4; delivering it in the new view would put
+    it in two views (the 14-node storm of benchmarks/evidence.py, seed 2:
+    invariants 3 and 5 broke)."""
+    change = ViewChange(1)
+    change.freeze({1: 0, 2: 3})
+    missed = View.of(4, (1, 2, 3))
+    change.gate([msg(2, 4, True, 4), msg(2, 5)], epoch=3)
+    assert [(m.seq, m.optimistic) for m in change.held] == [(4, True), (5, False)]
+    c = commit((1, 2), cut={2: 5})
+    c = Commit(c.view, c.cut, c.rollback, c.coordinator, c.attempt,
+               origins={2: lineage(missed, OLD), 1: lineage(OLD, None)})
+    assert c.moved_on(2, OLD)
+    change.begin({1: 0, 2: 5}, frozenset(), 3)
+    change.install()
+    assert change.settle(c, OLD, (1, 2), frozenset(), left_out=False) == ([], [])
