@@ -79,7 +79,9 @@ class MessageId(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class NotDelivered:
-    """One of this node's own multicasts that this node will not deliver.
+    """One of this node's own messages that will not be delivered: a
+    multicast that this node will not deliver, or a unicast (``to``) whose
+    destination left.
 
     Every multicast a live member sends ends at that member with exactly one
     outcome: its own ``Delivery``, a ``Rollback`` (delivered nowhere), or this.
@@ -95,15 +97,22 @@ class NotDelivered:
       may have been installed elsewhere; members of that view may have
       delivered it, members of this node's view do not.
 
+    * ``"destination_left"``: a unicast (``to`` names its destination) that
+      was not acknowledged before its destination left the view (or
+      restarted). It may have been delivered just before; nothing more of it
+      will be.
+
     Either way no member of this node's next view delivers it: to be sure
     every current member gets it, send it again."""
 
     group: str
     message: MessageId
     reason: str
+    to: int | None = None
+    """The destination of a unicast; None for a multicast."""
 
 
-NOT_DELIVERED_REASONS = ("left_out", "view_missed", "withdrawn")
+NOT_DELIVERED_REASONS = ("left_out", "view_missed", "withdrawn", "destination_left")
 
 
 @dataclass(frozen=True, slots=True)

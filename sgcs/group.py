@@ -104,11 +104,17 @@ class RolledBack:
 
 @dataclass(frozen=True, slots=True)
 class Undelivered:
-    """Our own multicast that we will not deliver (the node reports
-    ``NotDelivered``): ``reason`` is one of ``synchrony``'s reasons."""
+    """Our own message ``seq`` that will not be delivered (the node reports
+    ``NotDelivered``): a multicast we will not deliver (``reason`` is one of
+    ``synchrony``'s), or a unicast to ``dest`` that left (or restarted)
+    before acknowledging it."""
 
-    message: Message
+    seq: int
     reason: str
+    dest: int | None = None
+
+
+DESTINATION_LEFT = "destination_left"
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,7 +517,7 @@ class GroupStack:
         self.stream.set_members(new, starts={m: commit.cut.get(m, 0) for m in newcomers})
         for member in old.members:
             if member not in new:
-                self.unicast.forget(member)
+                self._forget_unicasts(member)
                 # its stream ended with this view: a flush that still reported
                 # its last delivery would start its next membership's stream
                 # there, after the records it numbers afresh on rejoining
@@ -591,7 +597,7 @@ class GroupStack:
         return self.on_agreement(self.agreement.member_failed(member, now), now)
 
     def member_restarted(self, member: int, now: float) -> list:
-        self.unicast.forget(member)  # the new incarnation holds nothing of either stream
+        self._forget_unicasts(member)  # the new incarnation holds nothing of either stream
         return self.on_agreement(self.agreement.member_restarted(member, now), now)
 
     def member_leaving(self, member: int, now: float) -> list:
@@ -762,8 +768,14 @@ class GroupStack:
             if message.sender == self.me:
                 awaiting.discard(message.seq)
         for message, reason in self.sync.take_undelivered():
-            self.events.append(Undelivered(message, reason))
+            self.events.append(Undelivered(message.seq, reason))
             awaiting.discard(message.seq)
+
+    def _forget_unicasts(self, member: int) -> None:
+        """``member`` left or restarted: our unicasts it never acknowledged
+        get their outcome (not delivered)."""
+        for seq in self.unicast.forget(member):
+            self.events.append(Undelivered(seq, DESTINATION_LEFT, member))
 
     def on_entries(self, msg_type: MsgType, src: int, entries: tuple[tuple[int, int], ...], now: float,
                    aggregate: AggregateFields | None = None, extra: int = 0) -> list:

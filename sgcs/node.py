@@ -776,11 +776,12 @@ class Node:
                 self._trace(out, "rollback", group=state.name, sender=message.sender, seq=message.seq,
                             order=state.order.value, view_id=state.view.view_id)
             elif type(event) is Undelivered:
-                message = event.message
                 self._counts["not_delivered"] += 1
-                out.append(NotDelivered(state.name, MessageId(self.id, self.incarnation, message.seq), event.reason))
-                self._trace(out, "not_delivered", group=state.name, sender=message.sender, seq=message.seq,
-                            order=state.order.value, view_id=state.view.view_id, reason=event.reason)
+                out.append(NotDelivered(state.name, MessageId(self.id, self.incarnation, event.seq), event.reason,
+                                        event.dest))
+                self._trace(out, "not_delivered", group=state.name, sender=self.id, seq=event.seq,
+                            order=state.order.value, view_id=state.view.view_id, reason=event.reason,
+                            dest=event.dest)
             elif type(event) is Transitional:
                 view = event.view
                 out.append(TransitionalView(state.name, view.view_id, event.members))

@@ -50,3 +50,53 @@ def test_a_restarted_destination_gets_a_new_stream() -> None:
     receiver = UnicastStreams(PEER, Params(fragment_size=100, window_max=8), incarnation=7)
     delivered, _ = receiver.on_records(ME, (Record(ME, first, (), 0, b"y", 0),), 0.0, incarnation=1)
     assert [m.payload for m in delivered] == [b"y"]
+
+
+def test_unicasts_a_departed_destination_never_acknowledged_are_named() -> None:
+    """Each unicast has an outcome: acknowledged, or named by ``forget``
+    when its destination leaves. A message of three fragments half
+    acknowledged is still not delivered; one wholly acknowledged is."""
+    u = streams()
+    one, _ = u.send(PEER, b"a", 0.0)
+    two, _ = u.send(PEER, b"b" * 250, 0.0)  # records two..two+2
+    three, _ = u.send(PEER, b"c", 0.0)
+    u.on_ack(PEER, one)
+    u.on_ack(PEER, two + 1)  # the second message's first two fragments only
+    assert u.forget(PEER) == [two, three]
+    assert u.forget(PEER) == []
+
+
+def test_a_unicast_to_a_member_that_leaves_gets_not_delivered_at_its_sender() -> None:
+    """End to end on one node pair: 1 unicasts to 2, whose ACKs never come
+    back; 2 leaves; 1 reports the unicast NotDelivered (destination_left),
+    with a trace row of that kind."""
+    from sgcs.actions import Multicast, NotDelivered, TraceEvent
+    from sgcs.config import Config
+    from sgcs.node import Node
+    import random
+
+    config = Config(secret=b"a test secret here", node_id=1)
+    a = Node(1, config, random.Random(1), resolve=lambda n: n, trace=True)
+    b = Node(2, Config(secret=b"a test secret here", node_id=2), random.Random(2), resolve=lambda n: n, trace=True)
+    for node in (a, b):
+        node.join("g", 0.0, members=[1, 2])
+    for action in b.multicast("g", b"hi", 0.05) + b.handle_timeout(0.06):  # a learns where 2 is
+        if isinstance(action, Multicast):
+            a.handle_datagram(2, action.data, 0.06)
+    a.unicast("g", 2, b"hello", 0.1)  # its datagrams are lost: no ACK comes
+    sent = a.last_sent
+    assert sent is not None and sent.sender == 1
+    actions: list[object] = []
+    for action in b.leave("g", 0.2):  # 2's LEAVE reaches 1: the view change drops 2
+        if isinstance(action, Multicast):
+            actions += a.handle_datagram(2, action.data, 0.2)
+    now = 0.2
+    for _ in range(200):
+        now += 0.05
+        actions += a.handle_timeout(now)
+        if any(isinstance(x, NotDelivered) for x in actions):
+            break
+    (failed,) = [x for x in actions if isinstance(x, NotDelivered)]
+    assert (failed.message, failed.reason, failed.to) == (sent, "destination_left", 2)
+    rows = [x for x in actions if isinstance(x, TraceEvent) and x.kind == "not_delivered"]
+    assert [(r.sender, r.seq, r.dest, r.reason) for r in rows] == [(1, sent.seq, 2, "destination_left")]

@@ -24,10 +24,15 @@ receiver that still holds the old incarnation's stream starts the new one
 afresh. A destination that restarted gets a new stream from us (``forget``,
 called when the restart is detected): it holds nothing of the old one, and
 would wait for ever for numbers we already dropped as acknowledged.
+
+Every unicast has an outcome: delivered (the destination's ACK covers its
+last record), or, when the destination leaves the view or restarts first,
+``forget`` returns its id so the sender is told it was not delivered.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from .params import Params
@@ -42,6 +47,8 @@ class _Outgoing:
     """The retransmission timeout, seconds: ``rto_min`` to ``rto_max``."""
     unacked: dict[int, Record] = field(default_factory=dict)
     retransmit_at: float | None = None
+    messages: deque[tuple[int, int]] = field(default_factory=deque)
+    """(first, last) record of each message not yet wholly acknowledged, in order."""
 
 
 @dataclass(slots=True)
@@ -109,6 +116,7 @@ class UnicastStreams:
             records.append(Record(self.me, out.next_seq, (), flags, bytes(piece), 0))
             out.unacked[out.next_seq] = records[-1]
             out.next_seq += 1
+        out.messages.append((first, out.next_seq - 1))
         if out.retransmit_at is None:
             out.retransmit_at = now + out.rto
         return first, UnicastSend(dst, tuple(records), retransmit=False)
@@ -143,6 +151,9 @@ class UnicastStreams:
             return
         for seq in [s for s in out.unacked if s <= high]:
             del out.unacked[seq]
+        messages = out.messages
+        while messages and messages[0][1] <= high:
+            messages.popleft()
         out.rto = self.params.rto_min
         out.retransmit_at = None if not out.unacked else out.retransmit_at
 
@@ -171,10 +182,13 @@ class UnicastStreams:
                 times.append(reassembly.deadline)
         return min(times) if times else None
 
-    def forget(self, member: int) -> None:
-        """A member left or restarted: its streams, both ways, are gone."""
-        self._out.pop(member, None)
+    def forget(self, member: int) -> list[int]:
+        """A member left or restarted: its streams, both ways, are gone.
+        Returns the ids (first record) of our unicasts to it that it never
+        acknowledged: they were not delivered, as far as we can know."""
+        out = self._out.pop(member, None)
         self._in.pop(member, None)
+        return [] if out is None else [first for first, _ in out.messages]
 
     def buffered(self) -> int:
         return sum(len(o.unacked) for o in self._out.values()) + sum(len(i.pending) for i in self._in.values())
