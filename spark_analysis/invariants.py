@@ -1,10 +1,10 @@
-"""Invariants 1 to 7 (shared/DESIGN.md, "Trace format") at scale.
+"""Invariants 1 to 8 (docs/guarantees.md) at scale.
 
 Theory of operation
 -------------------
 Each check returns a DataFrame with one row per violation, counted exactly
 as ``simulations.checks.violations()`` counts it on a pandas-sized trace,
-under the same keys ("1_duplicate" ... "7_outside_optimistic_view"); the
+under the same keys ("1_duplicate" ... "8_without_outcome"); the
 definitions (incarnations split at ``recover`` rows, unicasts keyed apart,
 rolled-back messages voided, a ``grace`` for messages in flight) are those
 of checks.py, whose docstrings give the details. Everything is joins,
@@ -68,7 +68,7 @@ from .common import MESSAGE, installed_views, is_optimistic, multicast, with_inc
 GRACE = 2.0
 MAX_EXAMPLES = 5
 KEYS = ("1_duplicate", "2_fifo", "3_total", "4_causal", "5_virtual_synchrony",
-        "6_loss_among_survivors", "7_rolled_back_delivered", "7_outside_optimistic_view")
+        "6_loss_among_survivors", "7_rolled_back_delivered", "7_outside_optimistic_view", "8_without_outcome")
 TOTAL_ORDERS = ("total", "safe")
 CAUSAL_ORDERS = ("causal", "total", "safe")
 BUCKET_S = 0.1
@@ -297,6 +297,27 @@ def loss_among_survivors(ev: DataFrame, grace: float = GRACE) -> DataFrame:
     return missing.select("run", "t", "node", "group", "sender", "seq", "view_id", "pos")
 
 
+# ---------------------------------------------------------------- 8
+
+
+OUTCOMES = ("deliver", "rollback", "not_delivered")
+
+
+def without_outcome(ev: DataFrame, grace: float = GRACE) -> DataFrame:
+    """Invariant 8: multicasts whose sender (incarnation) stayed up and that have, at
+    their sender, no ``deliver``, ``rollback`` or ``not_delivered`` row."""
+    end = ev.groupBy("run").agg(F.max("t").alias("t_end"))
+    sends = (ev.where((F.col("kind") == "send") & multicast()).join(end, "run")
+             .where(F.col("t") <= F.col("t_end") - grace)
+             .select("run", "t", "node", "incarnation", "group", "sender", "seq", "view_id", "pos"))
+    gone = (ev.where(F.col("kind").isin("crash", "leave")).select("run", "node", "incarnation").distinct())
+    sends = sends.join(gone, ["run", "node", "incarnation"], "left_anti")
+    outcome = (ev.where(F.col("kind").isin(*OUTCOMES) & multicast() & (F.col("node") == F.col("sender")))
+               .select("run", "node", "incarnation", "group", "sender", "seq").distinct())
+    missing = sends.join(outcome, ["run", "node", "incarnation", "group", "sender", "seq"], "left_anti")
+    return missing.select("run", "t", "node", "group", "sender", "seq", "view_id", "pos")
+
+
 # ---------------------------------------------------------------- 7
 
 
@@ -344,6 +365,7 @@ def _builders(ev: DataFrame, grace: float, all_groups: bool) -> dict[str, Callab
         "6_loss_among_survivors": lambda: loss_among_survivors(ev, grace),
         "7_rolled_back_delivered": lambda: rolled_back_delivered(ev),
         "7_outside_optimistic_view": lambda: outside_optimistic_view(ev),
+        "8_without_outcome": lambda: without_outcome(ev, grace),
     }
 
 
@@ -384,7 +406,7 @@ _ORDERS_CHECKED = {"3_total": TOTAL_ORDERS, "4_causal": CAUSAL_ORDERS}
 _KINDS_NEEDED = {"1_duplicate": {"deliver"}, "2_fifo": {"deliver"}, "3_total": {"deliver"},
                  "4_causal": {"send", "deliver"}, "5_virtual_synchrony": {"view"},
                  "6_loss_among_survivors": {"send", "view"}, "7_rolled_back_delivered": {"rollback", "deliver"},
-                 "7_outside_optimistic_view": {"send", "deliver", "view"}}
+                 "7_outside_optimistic_view": {"send", "deliver", "view"}, "8_without_outcome": {"send"}}
 """Event kinds without which a check finds nothing: it reads rows of each through an inner join
 (7_outside_optimistic_view also needs an optimistic send row)."""
 

@@ -172,6 +172,15 @@ def outside_optimistic() -> Trace:
     return trace.end()
 
 
+def without_outcome() -> Trace:
+    """Invariant 8: (0, 2) reaches 1 and 2 but gets no outcome at its live sender 0
+    (no delivery, rollback or not_delivered row there); (0, 3) has a not_delivered row."""
+    trace = Trace().view(0.0, [0, 1, 2], "v1", [0, 1, 2])
+    trace.multicast(0.1, 0, 1, [0, 1, 2]).multicast(0.2, 0, 2, [1, 2]).send(0.3, 0, 3)
+    trace.add(0.4, 0, "not_delivered", group="g", sender=0, seq=3, view_id="v1", reason="left_out")
+    return trace.end()
+
+
 VIOLATIONS = {
     "1_duplicate": (duplicate, 1),
     "2_fifo": (fifo, 1),
@@ -181,6 +190,7 @@ VIOLATIONS = {
     "6_loss_among_survivors": (loss, 1),
     "7_rolled_back_delivered": (rolled_back, 1),
     "7_outside_optimistic_view": (outside_optimistic, 3),
+    "8_without_outcome": (without_outcome, 1),
 }
 """Invariant key -> (trace that violates it, violations expected under that key)."""
 
