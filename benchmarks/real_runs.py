@@ -34,9 +34,11 @@ KINDS = {
 _FIGURES = re.compile(r"views installed by only some of their live members: (\[.*?\]); violations (\{.*?\})")
 
 
-def run_once(kind: str) -> tuple[bool, list[tuple[list[str], dict[str, int]]], str]:
+def run_once(kind: str, keep: Path | None = None) -> tuple[bool, list[tuple[list[str], dict[str, int]]], str]:
     command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *KINDS[kind]]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ), timeout=900)
+    if keep is not None and done.returncode != 0:
+        keep.write_text(done.stdout + done.stderr)
     figures = [(ast.literal_eval(partial), ast.literal_eval(found)) for partial, found in
                _FIGURES.findall(done.stdout)]
     tail = "\n".join(done.stdout.strip().splitlines()[-3:])
@@ -47,12 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kind", choices=sorted(KINDS), default="loopback")
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--keep", type=Path, default=None, help="folder for the whole output of failing runs")
     args = parser.parse_args(argv)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     failed = partial_runs = members_runs = 0
     totals: Counter[str] = Counter()
     for i in range(1, args.runs + 1):
-        ok, figures, tail = run_once(args.kind)
+        ok, figures, tail = run_once(args.kind, None if args.keep is None else args.keep / f"run-{i}.txt")
         failed += not ok
         for partial, found in figures:
             members_runs += 1
