@@ -170,7 +170,7 @@ class Cluster(MemoryNetwork[Node]):
         # after a join (explore.py seeds 2606176107 and 3978430701: every
         # member's messages wait 30 s on a floor that never rises; the same at
         # 53cbeac), a liveness bug of its own, open in README "Known limits".
-        if self.CONFIG.promises == "gossip":
+        if self.config.promises == "gossip":
             return
         unknown = {n: node.statistics().fate_unknown for n, node in sorted(self.nodes.items())}
         assert set(unknown.values()) == {0}, f"own messages without an outcome, per node: {unknown}; " + "; ".join(
