@@ -1155,10 +1155,21 @@ class World:
                     following = log.views[at + 1]
                     if m[0] in self.installed.get(following, ()):
                         self.found.append(("6", f"node {log.name} installed {sent.view_id} and then {following}, "
-                                                f"which holds sender {m[0]}, and never delivered {m}"))
+                                                f"which holds sender {m[0]}, and never delivered {m}"
+                                                f"{self._who_is_in(sender_key, following)}"))
                 elif key in up and sender_key in up:
                     self.found.append(("6", f"node {log.name} stayed in {sent.view_id} with sender {m[0]} and "
                                             f"never delivered {m}"))
+
+    def _who_is_in(self, sender: LogKey, view: str) -> str:
+        """Which incarnation of the sender a view holds, when it is not the one that sent."""
+        if view in self.logs[sender].views:
+            return ""
+        later = [log.name for (n, i), log in sorted(self.logs.items()) if n == sender[0] and view in log.views]
+        gone = self.logs[sender].gone
+        done = {"crash": " crashed", "leave": " left"}.get(gone or "", "")
+        return (f" (the sender {self.logs[sender].name}{done} before it; "
+                f"{later[0] if later else 'no incarnation of it'} installed {view})")
 
     # ------------------------------------------------------------------ merges (verify_merges)
 
