@@ -124,7 +124,13 @@ class ViewChange:
     left: tuple[int, ...] = ()
     """Members that left the group gracefully since the previous view."""
     failed: tuple[int, ...] = ()
-    """Members excluded as failed (crashed, or unresponsive during the change)."""
+    """Members excluded as failed (crashed, or unresponsive during the change).
+
+    A member named in both ``failed`` and ``joined`` is in both views but did
+    not move from the previous one with you: it restarted, or it comes back
+    from a view of its own (a partition). Treat it as a new process: what it
+    held is gone. A ``TransitionalView`` before this event names the members
+    that did move with you."""
 
     @property
     def view(self) -> View:

@@ -768,7 +768,7 @@ class Node:
                 self._trace(out, "view", group=state.name, view_id=view.view_id, members=view.members,
                             optimistic=True)
             elif type(event) is Installed:
-                self._install(out, state, event.old, event.new, event.leavers)
+                self._install(out, state, event.old, event.new, event.leavers, event.rejoined)
                 installed = True
             elif type(event) is RolledBack:
                 message = event.message
@@ -790,12 +790,14 @@ class Node:
             self._watch(now)
 
     def _install(self, out: list[Action], state: GroupStack, old: View, new: View,
-                 leavers: frozenset[int] = frozenset()) -> None:
+                 leavers: frozenset[int] = frozenset(), rejoined: frozenset[int] = frozenset()) -> None:
+        """``rejoined``: members of both views that did not move from ``old``
+        with us; they are reported both failed and joined."""
         # set differences in C: views can hold thousands of members
-        gone = tuple(sorted(old.member_set - new.member_set))
-        failed = tuple(m for m in gone if m not in leavers)
-        left = tuple(m for m in gone if m in leavers)
-        joined = tuple(sorted(new.member_set - old.member_set)) if old.members else ()
+        gone = tuple(sorted(old.member_set - new.member_set | rejoined))
+        failed = tuple(m for m in gone if m not in leavers or m in rejoined)
+        left = tuple(m for m in gone if m in leavers and m not in rejoined)
+        joined = tuple(sorted(new.member_set - old.member_set | rejoined)) if old.members else ()
         out.append(ViewInstalled(state.name, new.view_id, new.members, joined, left, failed))
         self._trace(out, "view", group=state.name, view_id=new.view_id, members=new.members, optimistic=False)
 

@@ -94,7 +94,8 @@ def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
     A message sent in view V (for an optimistic send: its optimistic view,
     which is the id of the view it is delivered in) must be delivered by every
     node that installed V and whose next installed view still contains the
-    sender; if that node installed no later view, by every such node that
+    sender, unless a ``transitional`` row of that node for V leaves the sender
+    out of the members that moved with it; if that node installed no later view, by every such node that
     stays up while the sender stays up. Rolled-back messages are exempt, and
     messages sent in the last ``grace`` seconds may still be in flight.
     """
@@ -107,8 +108,13 @@ def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
     views = rows[(rows["kind"] == "view") & ~_optimistic(rows)]
     views = views.assign(next_members=views.groupby(_INCARNATION, sort=False)["members"].shift(-1))
     expected = sends.merge(views[["group", "view_id", "node", "incarnation", "next_members"]], on=["group", "view_id"])
+    moved = rows[rows["kind"] == "transitional"][["group", "view_id", "node", "incarnation", "members"]]
+    expected = expected.merge(moved.drop_duplicates(subset=["group", "view_id", "node", "incarnation"])
+                              .rename(columns={"members": "moved"}),
+                              on=["group", "view_id", "node", "incarnation"], how="left")
     has_next = expected["next_members"].notna()
-    stays = [bool(n) and s in m for s, m, n in zip(expected["sender"], expected["next_members"], has_next)]
+    stays = [bool(n) and s in m and (not isinstance(t, (list, tuple, np.ndarray)) or s in t)
+             for s, m, n, t in zip(expected["sender"], expected["next_members"], has_next, expected["moved"])]
     expected = expected[~has_next.to_numpy() | np.array(stays, dtype=bool)]
     churn = rows[rows["kind"].isin(["crash", "leave"])]
     node_gone = expected.merge(churn[["node", "incarnation"]].drop_duplicates().assign(gone=True),
@@ -119,7 +125,7 @@ def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
     got = deliveries(events)[["node", "incarnation", "group", "sender", "seq"]].drop_duplicates()
     merged = expected.merge(got, on=["node", "incarnation", "group", "sender", "seq"], how="left", indicator=True)
     missing = merged[merged["_merge"] == "left_only"]
-    return missing.drop(columns=["_merge", "next_members", "incarnation"]).reset_index(drop=True)
+    return missing.drop(columns=["_merge", "next_members", "incarnation", "moved"]).reset_index(drop=True)
 
 
 def violations(events: Any, grace: float = 2.0) -> dict[str, int]:

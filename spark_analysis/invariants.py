@@ -43,8 +43,10 @@ Trace order is the ``pos`` column (readers.py); t is only used to prune.
    reference, and every other segment is a violation. Examples name the
    symmetric difference, computed only for the example segments.
 6. Loss among survivors: checks.py's expected deliveries (send view members
-   that stay with the sender, or stay up if they never install a later
-   view) as a join, minus the deliveries (an anti join).
+   that stay with the sender: in their next view and, if they report a
+   transitional view, among the members that moved with them; or that stay
+   up if they never install a later view) as a join, minus the deliveries
+   (an anti join).
 7. Rolled-back messages delivered (a join), and optimistic messages
    delivered in an installed view lacking a member of their optimistic view
    (``array_except`` once per distinct pair of views).
@@ -284,8 +286,15 @@ def loss_among_survivors(ev: DataFrame, grace: float = GRACE) -> DataFrame:
     views = installed_views(ev).withColumn("next_members", F.lead("members").over(incarnation)).select(
         "run", "group", "view_id", "node", "incarnation", "next_members")
     expected = sends.join(views, ["run", "group", "view_id"])
+    # a transitional row for the send's view names the members that moved with the node
+    moved = (ev.where(F.col("kind") == "transitional")
+             .select("run", "group", "view_id", "node", "incarnation", F.col("members").alias("moved"))
+             .dropDuplicates(["run", "group", "view_id", "node", "incarnation"]))
+    expected = expected.join(moved, ["run", "group", "view_id", "node", "incarnation"], "left")
     has_next = F.col("next_members").isNotNull()
-    expected = expected.where(~has_next | F.array_contains("next_members", F.col("sender")))
+    stays = F.array_contains("next_members", F.col("sender")) & \
+        (F.col("moved").isNull() | F.array_contains("moved", F.col("sender")))
+    expected = expected.where(~has_next | stays)
     churn = ev.where(F.col("kind").isin("crash", "leave"))
     gone = churn.select("run", "node", "incarnation").distinct().withColumn("node_gone", F.lit(True))
     sender_churn = churn.groupBy("run", F.col("node").alias("sender")).agg(F.max("t").alias("sender_churn_t"))

@@ -519,7 +519,8 @@ class NodeLog:
         """Own message -> [deliveries, rollbacks, NotDelivered actions, not_delivered rows]."""
         self.rolled_back: set[Message] = set()
         self.gone: str | None = None
-        self.transitional: list[str] = []
+        self.transitional: dict[str, tuple[int, ...]] = {}
+        """Old view id -> the members that moved from it together with this node."""
 
     def clone(self) -> NodeLog:
         other = NodeLog.__new__(NodeLog)
@@ -533,7 +534,7 @@ class NodeLog:
         other.sends = dict(self.sends)
         other.outcomes = {m: list(c) for m, c in self.outcomes.items()}
         other.rolled_back = set(self.rolled_back)
-        other.transitional = list(self.transitional)
+        other.transitional = dict(self.transitional)
         return other
 
     @property
@@ -952,7 +953,7 @@ class World:
                 for m in named_messages(action):
                     self._on_outcome(log, m, 2, f"NotDelivered({getattr(action, 'reason', '')})")
             elif kind.__name__ == "TransitionalView":
-                log.transitional.append(action.view_id)
+                log.transitional[action.view_id] = action.members
 
     def _on_deliver(self, log: NodeLog, action: Any) -> None:
         m = (action.sender, action.seq)
@@ -1153,7 +1154,8 @@ class World:
                 at = log.views.index(sent.view_id)
                 if at + 1 < len(log.views):
                     following = log.views[at + 1]
-                    if m[0] in self.installed.get(following, ()):
+                    moved = log.transitional.get(sent.view_id)
+                    if m[0] in self.installed.get(following, ()) and (moved is None or m[0] in moved):
                         self.found.append(("6", f"node {log.name} installed {sent.view_id} and then {following}, "
                                                 f"which holds sender {m[0]}, and never delivered {m}"
                                                 f"{self._who_is_in(sender_key, following)}"))

@@ -146,9 +146,18 @@ def virtual_synchrony() -> Trace:
 
 
 def loss() -> Trace:
-    """Invariant 6: node 2 never delivers (0, 2), although everyone stays up in v1."""
-    trace = Trace().view(0.0, [0, 1, 2], "v1", [0, 1, 2])
+    """Invariant 6: node 2 never delivers (0, 2), although everyone stays up in v1.
+
+    Not a violation: in group h, nodes 1 and 2 never deliver (0, 1) of h1 and
+    their next view h2 holds 0, but their transitional view of h1 names only
+    1 and 2 (0 came back from a view of its own)."""
+    trace = Trace().view(0.0, [0, 1, 2], "v1", [0, 1, 2]).view(0.0, [0, 1, 2], "h1", [0, 1, 2], group="h")
     trace.multicast(0.1, 0, 1, [0, 1, 2]).multicast(0.2, 0, 2, [0, 1])
+    trace.send(0.3, 0, 1, view_id="h1", group="h").deliver(0.3, 0, 0, 1, view_id="h1", group="h")
+    trace.view(0.4, [0], "h0", [0], group="h")
+    for n in (1, 2):
+        trace.add(0.5, n, "transitional", group="h", view_id="h1", members=[1, 2])
+    trace.view(0.6, [0, 1, 2], "h2", [0, 1, 2], group="h")
     return trace.end()
 
 

@@ -121,6 +121,22 @@ def test_the_checker_finds_a_multicast_without_outcome_at_rest() -> None:
     assert "has no outcome" in shortest.message
 
 
+@pytest.mark.parametrize("order", list(Order))
+def test_a_member_restarted_before_its_exclusion_rejoins_after_a_transitional_view(order: Order) -> None:
+    """Found at depth 5: 2 sends, crashes and restarts before anyone heard
+    either self; the next view holds the new 2, which never installed the old
+    view. Its members must not take 2 for a member that moved with them
+    (its former self's message is delivered by nobody)."""
+    world, found = replay(ExploreConfig(depth=6, order=order),
+                          "send 2; join 4; crash 2; restart 2; partition 1+3+4; settle")
+    assert found == [], found
+    for n in (1, 3):
+        log = world.logs[(n, 0)]
+        old, new = log.views
+        assert log.transitional == {old: (1, 3)}, log.transitional
+        assert world.installed[new] == (1, 2, 3, 4)
+
+
 def test_fingerprints_merge_only_states_that_look_the_same() -> None:
     """Successors merged with a state already seen are executed too and must
     show what it shows (views, deliveries, statistics, timers, datagrams)."""

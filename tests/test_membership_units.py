@@ -584,6 +584,23 @@ def test_a_rollback_offered_once_stays_offered_in_the_change() -> None:
     assert (third.rollback, third.withdraw) == (2, False)
 
 
+def test_proposals_nothing_was_sent_under_do_not_withdraw_what_was() -> None:
+    """1 is refused at epochs 2 and 3 and proposes again at 4; 4 sends seq 1..2
+    under epoch 4 only. 1's smaller second attempt of epoch 4 is 1's own
+    superseded proposal: those messages are rolled back for sure, not
+    withdrawn for the empty proposals of epochs 2 and 3 (a heal-window storm:
+    withdrawn there, they were delivered by nobody although the view that was
+    finally installed had the id they were sent under)."""
+    member = ViewAgreement(4, {1, 2, 3, 4}, VIEW, 0.0, TAG, epoch=1)
+    member.on_propose(1, Propose(TAG, 2, 1, 0, (1, 2, 3, 4)), (0, {}), 0.0)
+    member.on_propose(1, Propose(TAG, 3, 1, 0, (1, 2, 3, 4)), (0, {}), 0.1)
+    member.on_propose(1, Propose(TAG, 4, 1, 0, (1, 2, 3, 4)), (0, {}), 0.2)
+    smaller = body(ctl(member.on_propose(1, Propose(TAG, 4, 2, 0, (1, 2, 4)), (2, {}), 0.3), MsgType.FLUSH)[0])
+    assert (smaller.own, smaller.rollback, smaller.withdraw) == (0, 2, False)
+    whole = body(ctl(member.on_propose(1, Propose(TAG, 4, 3, 0, (1, 2, 3, 4)), (2, {}), 0.4), MsgType.FLUSH)[0])
+    assert (whole.rollback, whole.withdraw) == (2, False), "offered once, still offered: rolled back"
+
+
 def test_a_restarted_coordinators_proposal_is_not_its_former_selfs() -> None:
     """Same epoch, attempt and id, another incarnation: a different proposal,
     which the member refuses (it answered the dead one's in this epoch)."""

@@ -519,7 +519,17 @@ class ViewAgreement:
         and whenever it is not within the next proposal neither is this one),
         so it goes, leaving its origins to the new entry: proposals that only
         add joiners keep the list at one entry instead of one per proposal (a
-        flood of join requests made it grow)."""
+        flood of join requests made it grow).
+
+        A proposal nothing was sent under (``upto`` is no higher than the
+        last entry's, or than our frozen own) adds no entry: its origin must
+        not make the messages of the entries before it look withdrawn (heal
+        window seed 10: a coordinator refused at epochs 5, 6 and 7 proposed
+        again at 8; a member sent under 8 only, yet its flush withdrew those
+        messages for the origins 5 to 7, and nobody delivered them)."""
+        assert self.snapshot is not None
+        if upto <= (self.sent_under[-1][1] if self.sent_under else self.snapshot[0]):
+            return
         grown = set(proposal.members)
         origins = {proposal.origin}
         kept = []

@@ -436,7 +436,8 @@ class Module:
             await self._control(codes.TCD_CLAIM, codes.encode_claim(fresh.tcd, fresh.nonce))
         if first:
             return
-        for kind, nodes in (("joined", change.joined), ("left", change.left), ("failed", change.failed)):
+        # failed before joined: a member named in both restarted (or came back from a partition)
+        for kind, nodes in (("left", change.left), ("failed", change.failed), ("joined", change.joined)):
             for node in nodes:
                 await self._signal(kind, node)  # type: ignore[arg-type]
 
