@@ -53,7 +53,7 @@ def config_of(args: argparse.Namespace) -> ex.ExploreConfig:
         single_steps=not args.macro_only,
         settle=args.settle, max_states=args.max_states, max_examples=args.examples,
         max_seconds=args.minutes * 60 if args.minutes else None, branching=args.branching,
-        outcome_after_leave=args.outcome_after_leave)
+        outcome_after_leave=args.outcome_after_leave, partial_views=args.partial_views)
 
 
 def progress(report: ex.Report) -> None:
@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=3, help="violations kept per invariant")
     parser.add_argument("--outcome-after-leave", action="store_true",
                         help="hold members that left to invariant 8 too")
+    parser.add_argument("--partial-views", action="store_true",
+                        help="check P too: every listed member that neither crashed nor left installs the view")
     for kind in ("losses", "duplicates", "crashes", "restarts", "leaves", "partitions"):
         parser.add_argument(f"--{kind}", type=int, default=1, help=f"budget of {kind} per path (default 1)")
     parser.add_argument("--workers", type=int, default=1, help="processes (default 1)")

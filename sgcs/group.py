@@ -467,7 +467,7 @@ class GroupStack:
         limits = {s: commit.foreign.get(s, 0) if s in foreign else commit.cut.get(s, 0) for s in old}
         passed = self.sync.begin(limits, foreign, self.view.epoch)
         for sender in old:
-            self.stream.expect(sender, limits[sender], now)
+            self.stream.expect(sender, limits[sender], now, holders=commit.view.members)
         self.stream.stability_cap = dict(limits)
         if self.ordering is not None:
             # A foreign sender never installed our view (or restarted since):

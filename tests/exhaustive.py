@@ -185,6 +185,7 @@ INVARIANTS: dict[str, str] = {
     "E": "GroupError",
     "X": "a node raised, or its timers stay due",
     "L": "the live members settle (liveness)",
+    "P": "a view is installed by every member it lists that neither crashed nor left",
 }
 
 URGENT_LIMIT = 100
@@ -323,6 +324,9 @@ class ExploreConfig:
     """Simulated seconds run on after the members agreed twice, before the quiescent checks."""
     outcome_after_leave: bool = False
     """Hold members that left to invariant 8 too."""
+    partial_views: bool = False
+    """Check P: every member a view lists that was up when the view was first
+    installed, and neither crashed nor left, installs it."""
     max_states: int | None = None
     """Stop after executing this many states (the report says it is incomplete)."""
     max_seconds: float | None = None
@@ -592,6 +596,8 @@ class World:
         self.logs: dict[LogKey, NodeLog] = {}
         self._own_logs: set[LogKey] = set()
         self.installed: dict[str, tuple[int, ...]] = {}
+        self.up_at_install: dict[str, frozenset[LogKey]] = {}
+        """View id -> the processes up when it was first installed."""
         self.optimistic: dict[str, tuple[int, ...]] = {}
         self.sent: dict[Message, LogKey] = {}
         self.path: tuple[Step, ...] = ()
@@ -627,6 +633,7 @@ class World:
         w.used, w.sends_used, w.partition = dict(self.used), dict(self.sends_used), self.partition
         w.logs, w._own_logs = dict(self.logs), set()
         w.installed, w.optimistic, w.sent = dict(self.installed), dict(self.optimistic), dict(self.sent)
+        w.up_at_install = dict(self.up_at_install)
         w.path, w.found, w.broken, w.key = self.path, [], False, self.key
         w.hashing, w._counter = True, 0
         return w
@@ -1016,6 +1023,8 @@ class World:
                                     f"rollback, NotDelivered, row = {counts})"))
 
     def _on_view(self, log: NodeLog, action: ViewInstalled) -> None:
+        if action.view_id not in self.installed:
+            self.up_at_install[action.view_id] = frozenset(k for k, other in self.logs.items() if other.gone is None)
         self.installed[action.view_id] = action.members
         if log.view is not None:  # invariant 5: same two consecutive views, same messages between them
             pair = (log.view, action.view_id)
@@ -1143,6 +1152,8 @@ class World:
                     self.found.append(("8", f"node {log.name} sent {m} in {sent.view_id}"
                                             f"{' (optimistic)' if sent.optimistic else ''} and has no outcome "
                                             f"for it: not delivered, rolled back nor reported not delivered"))
+        if cfg.partial_views:
+            self._partial_views()
         rolled_back = set().union(*(log.rolled_back for log in self.logs.values()))
         for m, sender_key in sorted(self.sent.items()):  # invariant 6
             if m in rolled_back:
@@ -1162,6 +1173,14 @@ class World:
                 elif key in up and sender_key in up:
                     self.found.append(("6", f"node {log.name} stayed in {sent.view_id} with sender {m[0]} and "
                                             f"never delivered {m}"))
+
+    def _partial_views(self) -> None:
+        for view, members in sorted(self.installed.items()):
+            missing = [self.logs[k].name for k in sorted(self.up_at_install.get(view, ()))
+                       if k[0] in members and self.logs[k].gone is None and view not in self.logs[k].views]
+            if missing and len(members) > 1:
+                self.found.append(("P", f"view {view} of {members} was never installed by {missing}, "
+                                        f"which neither crashed nor left"))
 
     def _who_is_in(self, sender: LogKey, view: str) -> str:
         """Which incarnation of the sender a view holds, when it is not the one that sent."""

@@ -137,6 +137,17 @@ def test_a_member_restarted_before_its_exclusion_rejoins_after_a_transitional_vi
         assert world.installed[new] == (1, 2, 3, 4)
 
 
+@pytest.mark.parametrize("order", list(Order))
+def test_a_member_completes_a_cut_from_a_view_mate_when_the_sender_left(order: Order) -> None:
+    """1's multicast reached 3, not 2, and 1 left: the cut holds it, and 2
+    fetches it from 3 (which installed the new view already) instead of
+    asking only the departed 1, giving the cut up and installing a view
+    alone, which left the new view installed by 3 alone (check P)."""
+    _, found = replay(ExploreConfig(depth=4, order=order, partial_views=True),
+                      "send 1; drop 1->2 DATA #1cd6f9b306; leave 1; settle")
+    assert found == [], found
+
+
 def test_fingerprints_merge_only_states_that_look_the_same() -> None:
     """Successors merged with a state already seen are executed too and must
     show what it shows (views, deliveries, statistics, timers, datagrams)."""

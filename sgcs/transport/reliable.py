@@ -283,6 +283,14 @@ class ReliableStream:
         self._holders: dict[int, tuple[int, int]] = {}
         """Per sender, the member last known to hold most of its stream, and how
         far: a NACK target besides the sender (one per stream keeps this O(senders))."""
+        self._cut_holders: dict[int, tuple[int, ...]] = {}
+        """During a view change, per sender we lack records of up to the cut:
+        the members that may hold them (one of them reported them in its
+        flush), tried in turn when no ACK named a holder."""
+        self._left_behind: dict[int, dict[int, Record]] = {}
+        """The records of the streams the last view change ended or restarted,
+        kept until the next one to answer NACKs: a member still completing
+        that change's cut may lack them (see ``expect``)."""
         self.stability_cap: dict[int, int] | None = None
         """During a view change: nothing past the snapshot (then the cut) becomes
         stable, since members new to the next view start there and may need it."""
@@ -318,6 +326,7 @@ class ReliableStream:
         change's cut), and every member is known to hold them that far."""
         self._roster = roster_of(members).with_member(self.me)
         self.members, self._index = self._roster.members, self._roster.index
+        self._cut_holders = {}
         # a new view aggregates afresh: positions may move, and a member that
         # restarted under its old id no longer holds what it reported
         n = len(self.members)
@@ -335,7 +344,10 @@ class ReliableStream:
         self._acked = {} if n <= ACK_MATRIX_MAX else None
         self._position = self._index[self.me]
         self._gc_due = True
-        for sender in [s for s in {*self._store, *self._inbound} if s not in self._index]:
+        ended = [s for s in {*self._store, *self._inbound} if s not in self._index]
+        restarted = [m for m in (starts or {}) if m in self._index and m != self.me]
+        self._left_behind = {s: self._store[s] for s in (*ended, *restarted) if self._store.get(s)}
+        for sender in ended:
             self._forget_sender(sender)
         for member in late:
             if member != self.me and member in self._index:
@@ -352,10 +364,19 @@ class ReliableStream:
             inbound = self._inbound[sender] = _Inbound()
             inbound.contig = inbound.known_high = start
 
-    def expect(self, sender: int, high: int, now: float) -> None:
-        """Records of ``sender`` up to ``high`` exist (a view change's cut): fetch them."""
-        inbound = self._inbound.get(sender)
-        if sender != self.me and sender in self._index and inbound is not None and high > inbound.known_high:
+    def expect(self, sender: int, high: int, now: float, holders: tuple[int, ...] = ()) -> None:
+        """Records of ``sender`` up to ``high`` exist (a view change's cut):
+        fetch them, from the sender or from ``holders`` in turn. The holders
+        matter when the sender is gone and no ACK showed who else holds its
+        records (exhaustive checker: "timer 1; send 1; drop 1->2 DATA; leave
+        1; settle" - 2 asked only the departed 1, gave the cut up and installed
+        a view alone, so 3 alone installed their view)."""
+        if holders:
+            self._cut_holders[sender] = tuple(m for m in holders if m != self.me and m != sender)
+        if sender == self.me or sender not in self._index or high <= 0:
+            return
+        inbound = self._inbound_of(sender)  # nothing of it reached us yet: the cut says what exists
+        if high > inbound.known_high:
             inbound.synced = True
             inbound.known_high = high
             self._reschedule_nack(sender, inbound, now)
@@ -595,25 +616,31 @@ class ReliableStream:
         return OutNack(target, sender, ranges, pull=False)
 
     def _holder_for(self, sender: int, seq: int, tries: int) -> int | None:
-        """The sender first; then any member whose ACKs show it holds ``seq``."""
+        """The sender first; then any member whose ACKs show it holds ``seq``,
+        else (during a view change) the members that may hold it, in turn."""
         if sender == self.me:
             return None
+        if tries % 2 == 0:
+            return sender  # retries alternate between the sender and a holder
         hint = self._holders.get(sender)
-        if tries % 2 == 0 or hint is None or hint[1] < seq or hint[0] == self.me:
-            return sender  # retries alternate between the sender and the holder
-        return hint[0]
+        if hint is not None and hint[1] >= seq and hint[0] != self.me:
+            return hint[0]
+        others = self._cut_holders.get(sender)
+        return others[tries // 2 % len(others)] if others else sender
 
     def on_nack(self, src: int, sender: int, ranges: tuple[Range, ...], pull: bool) -> list[Out]:
         """Answer a NACK from our buffer, up to ``push_budget`` records."""
-        records = self._stored_in(sender, ranges, self.params.push_budget)
+        records = self._stored_in(sender, ranges, self.params.push_budget) \
+            or self._stored_in(sender, ranges, self.params.push_budget, self._left_behind)
         if not records:
             return []
         kind = "gossip" if pull else "retransmit"
         self._counts["pushes" if pull else "retransmissions"] += len(records)
         return [OutRecords(src, tuple(records), kind)]
 
-    def _stored_in(self, sender: int, ranges: tuple[Range, ...], budget: int) -> list[Record]:
-        stored = self._store.get(sender, {})
+    def _stored_in(self, sender: int, ranges: tuple[Range, ...], budget: int,
+                   store: dict[int, dict[int, Record]] | None = None) -> list[Record]:
+        stored = (self._store if store is None else store).get(sender, {})
         found: list[Record] = []
         for low, high in ranges:
             for seq in range(low, min(high, low + budget) + 1):
