@@ -166,12 +166,6 @@ class Cluster(MemoryNetwork[Node]):
         self._check_final_view_agreement()
         # one outcome per message: at rest, no live node has an own multicast
         # that is neither delivered, rolled back nor reported NotDelivered.
-        # Not checked with promises by gossip: that order can wedge for good
-        # after a join (explore.py seeds 2606176107 and 3978430701: every
-        # member's messages wait 30 s on a floor that never rises; the same at
-        # 53cbeac), a liveness bug of its own, open in README "Known limits".
-        if self.config.promises == "gossip":
-            return
         unknown = {n: node.statistics().fate_unknown for n, node in sorted(self.nodes.items())}
         assert set(unknown.values()) == {0}, f"own messages without an outcome, per node: {unknown}; " + "; ".join(
             f"{n}: awaiting {sorted(g.awaiting)}, held {[(m.sender, m.seq) for m in g.sync.held]}, waiting "

@@ -277,6 +277,37 @@ def test_a_newcomer_whose_copy_starts_at_the_cut_takes_part_in_that_streams_all_
         assert told[1] == 3, "level 1: the least of ours and our predecessor's"
 
 
+def test_newcomers_before_the_sender_let_its_old_views_messages_become_stable() -> None:
+    """1, 2 and 3 had a view; 4, 5 and 6 join, each copy of 1's stream
+    starting at the cut, after the two messages 1 sent just before (still
+    unstable at 1, with timestamps 1 and 2). The newcomers are 1's
+    predecessors at levels 0 and 1. Each used to take one floor of 1's
+    stream, pass on what changed and retire, never sending its own (level
+    0): 1 heard no floor of its stream at those levels, its messages stayed
+    unstable, its promise clock at 0, and with promises by gossip no member
+    delivered again (randomized membership machine, seed 3978430701: every
+    member's total order waited 30 s on a floor stuck at 0)."""
+    members = (1, 2, 3, 4, 5, 6)
+    params = Params(gossip_interval=0.1)
+    streams = {i: ReliableStream(i, members[:3] if i <= 3 else (i,), params, random.Random(i), 0.0, ordered=True)
+               for i in members}
+    records = []
+    for clock in (1, 2):
+        _, outputs = streams[1].send(b"m%d" % clock, 0.0, clock=clock)
+        records += [r for o in outputs if isinstance(o, OutRecords) for r in o.records]
+    for old in (2, 3):
+        streams[old].on_records(1, tuple(records), "data", 0.0)
+    for i, stream in streams.items():  # the new view starts the streams new to each member at the cut
+        new = (4, 5, 6) if i <= 3 else members
+        stream.set_members(members, starts={m: 2 if m == 1 else 0 for m in new if m != i})
+        stream.promise_gossip, stream.promise_nulls, stream.lamport = True, False, 2
+    net = StreamNetwork({i: Peer(stream) for i, stream in streams.items()})
+    net.run_events(5.0, latency=0.001)
+    assert streams[1].window() == 0, "every member holds 1's messages (the newcomers from the cut on)"
+    assert {i: s.promise_floor() for i, s in streams.items()} == dict.fromkeys(members, 2)
+    assert all(not s._rejoined for s in streams.values()), "the newcomers retire the stream once it is stable"
+
+
 def test_own_messages_unstable_for_two_cycles_ask_the_predecessors() -> None:
     """Promises by gossip wait on our oldest own unstable message; if a
     predecessor's last update of our stream was lost (it retired the stream

@@ -35,7 +35,10 @@ cover the view, and that minimum is the stable prefix: every buffer drops it.
 Numbers only grow and stored values are older, so the result is a lower
 bound: never too early, only late. Values are merged only between members
 with the same roster (hash of the member list), so a view change restarts
-the aggregation.
+the aggregation. A newcomer's copy of a stream starts at the view change's
+cut, with no record of it: the first floor of it that it hears draws it into
+that stream's all-reduce, where it stays, with what it holds, until the
+stream is stable that far.
 
 **Deltas.** A digest to the partner of level k lists only the senders whose
 floor at level k changed since the previous digest there, with how far we
@@ -156,11 +159,15 @@ so the hundreds of streams a member of a large group hears cost no table each.""
 class _Inbound:
     """Receive state of one sender's stream."""
 
-    __slots__ = ("contig", "pending", "known_high", "nack_at", "nack_tries", "reassembly", "synced")
+    __slots__ = ("contig", "pending", "known_high", "nack_at", "nack_tries", "reassembly", "synced", "from_cut")
 
     def __init__(self, synced: bool = True) -> None:
         self.synced = synced
         """False: we joined after this stream began; it starts at the first record seen."""
+        self.from_cut = False
+        """Our copy starts at a view change's cut (``starts``): we hold its
+        prefix without ever having had it, so we know none of it stable until
+        an all-reduce of ours says so (``_rejoined``)."""
         self.contig = 0
         self.pending: dict[int, Record] = _IN_ORDER
         self.known_high = 0
@@ -276,6 +283,11 @@ class ReliableStream:
         self._emptied: set[int] = set()
         """Senders all stable here whose stability state may retire once their
         last changed floors went out (``_retire_quiet_senders``)."""
+        self._rejoined: set[int] = set()
+        """Senders whose copy here starts at a view change's cut (``from_cut``),
+        with no record buffered, whose all-reduce a floor from a predecessor
+        drew us into: we take part as for a buffered stream until every member
+        holds what we hold (``_settle_rejoined``), then retire."""
         self._acked: dict[int, dict[int, int]] | None = None
         """Small views (``ACK_MATRIX_MAX``): per member, per sender, the highest
         number that member ACKed (or, for its own stream, sent). The paper's
@@ -333,6 +345,7 @@ class ReliableStream:
         self._null_delay = min(self.params.ack_interval, self.params.promise_spacing * n)
         self._depth = math.ceil(math.log2(n)) if n > 1 else 0
         self._floors = {}
+        self._rejoined = set()
         self._unsent_count = 0
         self._unsent_at = [set() for _ in range(self._depth)]
         self._full_due = (1 << self._depth) - 1  # the partners start afresh too
@@ -363,6 +376,7 @@ class ReliableStream:
             self._forget_sender(sender)
             inbound = self._inbound[sender] = _Inbound()
             inbound.contig = inbound.known_high = start
+            inbound.from_cut = start > 0
 
     def expect(self, sender: int, high: int, now: float, holders: tuple[int, ...] = ()) -> None:
         """Records of ``sender`` up to ``high`` exist (a view change's cut):
@@ -654,11 +668,13 @@ class ReliableStream:
     # ------------------------------------------------------------------ PSRM gossip
 
     def _digest_senders(self) -> list[int]:
-        """What a full digest lists: streams with records not yet stable here,
+        """What a full digest lists: streams with records not yet stable here
+        (or a newcomer's copy from the cut, in the all-reduce: ``_rejoined``),
         with floors not yet sent, or stable lately (what we know of those
         answers a partner that missed their last change)."""
         index = self._index
         listed = {s for s in self._store if s in index}
+        listed.update(s for s in self._rejoined if s in index)
         listed.update(s for s, floors in self._floors.items() if floors.unsent and s in index)
         listed.update(s for s in self._known_stable if s in index)
         return sorted(listed)[:AGGREGATE_MAX]
@@ -737,7 +753,7 @@ class ReliableStream:
         if aggregate.clock > self._clock_levels[k]:
             self._clock_levels[k] = aggregate.clock
         all_floors, store, stable, depth = self._floors, self._store, self._stable, self._depth
-        known, lagging = self._known_stable, []
+        known, lagging, rejoined = self._known_stable, [], self._rejoined
         for sender, floor in aggregate.floors:
             if known.get(sender, 0) > floor:
                 lagging.append((sender, known[sender]))
@@ -757,19 +773,33 @@ class ReliableStream:
             if floor <= before:
                 continue
             contig, low = self._contig_of(sender), stable.get(sender, 0)  # each looked up once
-            rejoined = False
-            if contig >= floor and not store.get(sender) and (floors is None or not floors.unsent):
-                if row is not None or low >= floor:
+            joined = False
+            if contig >= floor and not store.get(sender) and (floors is None or not floors.unsent) \
+                    and sender not in rejoined:
+                if low >= floor:
                     continue
-                rejoined = True
+                if self._from_cut(sender):
+                    rejoined.add(sender)
+                    joined = True
+                elif row is not None:
+                    continue
+                else:
+                    self._emptied.add(sender)  # forgot it: retires again once its changes went out
             if floors is None:
                 floors = all_floors[sender] = _Floors()
             if row is None:
                 row = floors.row = [0] * depth
-                if rejoined:
-                    self._emptied.add(sender)  # retires again once its changes went out
             row[k] = floor
-            self._mark_floors(sender, floors, contig, contig, low, low, k, before)
+            # A newcomer's copy from the cut stays in (``_rejoined``) until the
+            # stream is stable here, and its first digests carry every floor
+            # of its own, level 0 (what it holds) too: none of them went out
+            # before. Taking one floor, passing on what changed and retiring,
+            # a run of newcomers never told the sender's predecessors
+            # anything: its old view's messages stayed unstable at it, its
+            # promise clock with them, and with promises by gossip no member
+            # delivered again (randomized membership machine, seed 3978430701:
+            # every member's total order waited 30 s on a floor stuck at 0).
+            self._mark_floors(sender, floors, 0 if joined else contig, contig, low, low, k, before)
             known_floor = floors.others
             if before > known_floor:
                 continue  # another level holds the minimum: it did not move
@@ -816,7 +846,7 @@ class ReliableStream:
                     floors = all_floors[sender] = _Floors()
                     floors.others = high
                     self._gc_senders.add(sender)
-            elif high > floors.others and (store.get(sender) or floors.unsent):
+            elif high > floors.others and (store.get(sender) or floors.unsent or sender in self._rejoined):
                 floors.others = high
                 self._gc_senders.add(sender)
         return [OutStable(src, roster, tuple(better))] if better else []
@@ -911,7 +941,7 @@ class ReliableStream:
         asks = self._ask_if_stuck(depth) if self.promise_gossip else []
         clocks = self._clock_floors() if self.promise_gossip else [0] * depth
         refresh = self.promise_gossip and self._round % 4 == 0  # a lost clock update is sent again
-        active = bool(self._store or self._unsent_count or self._retired)
+        active = bool(self._store or self._unsent_count or self._retired or self._rejoined)
         if not active and not refresh and clocks == self._sent_clocks:
             return asks
         # small views learn stability from the ACKs: one level per round (promise clocks climb by gossip only)
@@ -1100,14 +1130,14 @@ class ReliableStream:
 
     def next_deadline(self) -> float | None:
         if not self._nacking and not self._reassembling:  # the usual case: the driver asks after every event
-            gossip = self._next_gossip if self._buffered or self._unsent_count or self._retired or self.promise_gossip \
-                else None
+            busy = self._buffered or self._unsent_count or self._retired or self._rejoined or self.promise_gossip
+            gossip = self._next_gossip if busy else None
             ack = self._ack_at
             if gossip is None or ack is None:
                 return ack if gossip is None else gossip
             return ack if ack < gossip else gossip
         deadlines = [i.nack_at for i in self._nacking.values() if i.nack_at is not None]
-        if self._buffered or self._unsent_count or self._retired or self.promise_gossip:
+        if self._buffered or self._unsent_count or self._retired or self._rejoined or self.promise_gossip:
             deadlines.append(self._next_gossip)  # lately retired: the partners see every digest number
         if self._ack_at is not None:
             deadlines.append(self._ack_at)
@@ -1123,17 +1153,21 @@ class ReliableStream:
         return self._stable.get(sender, 0)
 
     def _collect_garbage(self) -> None:
+        store, rejoined = self._store, self._rejoined
         if self._gc_due:
-            senders = list(self._store)
+            senders = [*store, *(s for s in rejoined if s not in store)]
         elif self._gc_senders:
-            senders = [s for s in self._gc_senders if s in self._store]
+            senders = [s for s in self._gc_senders if s in store or s in rejoined]
         else:
             return
         self._gc_due = False
         self._gc_senders.clear()
         cap = self.stability_cap
         for sender in senders:
-            stored = self._store[sender]
+            stored = store.get(sender)
+            if stored is None:
+                self._settle_rejoined(sender, cap)
+                continue
             stable = self._floor(sender)
             if cap is not None:
                 stable = min(stable, cap.get(sender, 0))
@@ -1155,6 +1189,38 @@ class ReliableStream:
                     self._holders.pop(sender, None)  # nothing left to NACK for
                     del self._store[sender]  # an emptied dict keeps its table: 400 B for every sender ever heard
                     self._emptied.add(sender)
+                    self._end_cut_copy(sender)
+
+    def _from_cut(self, sender: int) -> bool:
+        """Our copy of ``sender``'s stream starts at a view change's cut, and we know none of it stable."""
+        inbound = self._inbound.get(sender)
+        return inbound is not None and inbound.from_cut
+
+    def _settle_rejoined(self, sender: int, cap: dict[int, int] | None) -> None:
+        """A stream in the all-reduce with no record buffered here
+        (``_rejoined``): its stable prefix rises as the others are known to
+        hold it, as a buffered stream's does, and once they hold all we hold
+        it leaves, to retire once its changes went out (``_emptied``)."""
+        stable = self._floor(sender)
+        if cap is not None:
+            stable = min(stable, cap.get(sender, 0))
+        if stable > self._known_stable.get(sender, 0):
+            self._known_stable[sender] = stable
+        previous, contig = self._stable.get(sender, 0), self._contig_of(sender)
+        if stable > previous:
+            self._stable[sender] = stable
+            self._note_floors(sender, contig, previous)
+        if stable >= contig:
+            self._end_cut_copy(sender)
+            self._emptied.add(sender)
+
+    def _end_cut_copy(self, sender: int) -> None:
+        """``sender``'s stream is stable here as far as we hold it: it takes
+        part in the all-reduce only as any other stream does."""
+        self._rejoined.discard(sender)
+        inbound = self._inbound.get(sender)
+        if inbound is not None:
+            inbound.from_cut = False
 
     def _floor(self, sender: int) -> int:
         """The highest number every member of the view is known to hold."""
@@ -1206,6 +1272,7 @@ class ReliableStream:
             for senders in self._unsent_at:
                 senders.discard(sender)
         self._emptied.discard(sender)
+        self._rejoined.discard(sender)
         self._holders.pop(sender, None)
 
     def _unsent_of(self, sender: int) -> int:
