@@ -381,8 +381,9 @@ class GroupStack:
         if incarnation is not None and type(msg) is not Beacon:
             self._note_incarnation(src, incarnation)
         if type(msg) is Propose:
-            return self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now, self.delivered_high,
-                                                          incarnation), now)
+            frames = self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now, self.delivered_high,
+                                                            incarnation), now)
+            return frames + self._answer_deferred(now)
         if type(msg) is Flush:
             return self.on_agreement(agreement.on_flush(src, msg, now), now)
         if type(msg) is CommitMsg:
@@ -837,7 +838,16 @@ class GroupStack:
             outputs += self._request_promise(now)
         self._advance_floor()
         outputs += self.on_agreement(self.agreement.on_timeout(now), now)
-        return outputs + self.progress(now)
+        return outputs + self._answer_deferred(now) + self.progress(now)
+
+    def _answer_deferred(self, now: float) -> list:
+        """A proposal that waited while we were bound to another (an abort or
+        the take-over timer released us): answer it now."""
+        deferred = self.agreement.take_deferred()
+        if deferred is None:
+            return []
+        src, proposal, incarnation = deferred
+        return self.on_control(src, proposal, now, incarnation)
 
     def next_deadline(self) -> float | None:
         earliest = self.stream.next_deadline()

@@ -456,6 +456,12 @@ def members_of(msg: Propose | CommitMsg) -> tuple[int, ...]:
     return msg.members
 
 
+def preempts(outputs: list, coordinator: int) -> bool:
+    """``outputs`` is one FLUSH asking ``coordinator`` to give up the proposal we are bound to."""
+    (send,) = ctl(outputs, MsgType.FLUSH)
+    return len(outputs) == 1 and send.dst == coordinator and body(send).preempt and not body(send).refuse
+
+
 def test_three_phases_propose_flush_commit_installed() -> None:
     va = agreements({1, 2, 3})
     assert all(a.coordinator() == 1 for a in va.values())
@@ -560,7 +566,10 @@ def test_what_was_sent_under_another_coordinators_proposal_is_withdrawn_not_roll
     1's later proposal without 3 must not call those messages rolled back."""
     member = ViewAgreement(4, {4}, VIEW, 0.0, TAG)
     member.on_propose(3, Propose(TAG, 2, 1, 0, (3, 4)), (0, {}), 0.0)
-    f = body(ctl(member.on_propose(1, Propose(TAG, 3, 1, 0, (1, 4)), (2, {}), 0.1), MsgType.FLUSH)[0])
+    assert preempts(member.on_propose(1, Propose(TAG, 3, 1, 0, (1, 4)), (2, {}), 0.1), 3), "bound to 3's proposal"
+    later = 2 * TIMEOUT + 0.1
+    member.on_timeout(later)  # 3 silent for takeover_timeout: the member is free to answer others
+    f = body(ctl(member.on_propose(1, Propose(TAG, 3, 1, 0, (1, 4)), (2, {}), later), MsgType.FLUSH)[0])
     assert (f.own, f.rollback, f.withdraw) == (0, 2, True)
     coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG)
     coordinator.merge_with({4: 1}, 4, 0.0)
@@ -580,7 +589,9 @@ def test_a_rollback_offered_once_stays_offered_in_the_change() -> None:
     second = body(ctl(member.on_propose(2, Propose(TAG, 2, 2, 0, (2, 3, 4)), (2, {}), 0.1), MsgType.FLUSH)[0])
     assert (second.rollback, second.withdraw) == (2, False), "the coordinator moved on: rolled back for sure"
     larger = Propose(TAG, 3, 1, 0, (1, 2, 3, 4, 5))
-    third = body(ctl(member.on_propose(1, larger, (2, {}), 0.2), MsgType.FLUSH)[0])
+    assert preempts(member.on_propose(1, larger, (2, {}), 0.2), 2), "bound to 2's second attempt until 2 is silent"
+    member.on_timeout(0.1 + 2 * TIMEOUT)
+    third = body(ctl(member.on_propose(1, larger, (2, {}), 0.2 + 2 * TIMEOUT), MsgType.FLUSH)[0])
     assert (third.rollback, third.withdraw) == (2, False)
 
 
@@ -624,17 +635,58 @@ def test_lower_proposals_and_foreign_proposals_are_ignored() -> None:
     assert va[2].on_propose(1, old_epoch, (0, {}), 0.0) == []
 
 
-def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
-    """Two coordinators race at one epoch: member 5 answers 2's proposal. It
-    refuses 1's proposal of that epoch (one view per epoch per member), so 1
-    proposes again one epoch higher, which 5 answers. 2 collects every answer
-    and commits epoch 2; 5 must not install it, or it would be listed in two
-    views at once (seen in a real 5-process run: survivors delivered
-    different message counts)."""
+def test_a_member_bound_to_a_proposal_answers_no_other_coordinator_until_released() -> None:
+    """Two coordinators race: member 5 answers 2's proposal, which 2 may
+    commit at any moment. It refuses 1's proposal of that epoch (one view per
+    epoch per member) and leaves 1's higher one unanswered while bound: had it
+    answered, 2's commit would list 5 in a view 5 never installs (exhaustive
+    check P: 'crash 1; restart 1; join 4; settle'). 2's commit is installed."""
     member = ViewAgreement(5, {5}, VIEW, 0.0, TAG)
     by_2 = Propose(TAG, 2, 1, 0, (2, 4, 5))
     by_1 = Propose(TAG, 2, 1, 0, (1, 2, 3, 4, 5))
     assert ctl(member.on_propose(2, by_2, (0, {}), 0.0), MsgType.FLUSH)
+    (refusal,) = ctl(member.on_propose(1, by_1, (0, {}), 0.1), MsgType.FLUSH)
+    assert refusal.dst == 1 and body(refusal).refuse, "another coordinator's proposal of an answered epoch"
+    again = Propose(TAG, 3, 1, 0, by_1.members)
+    assert preempts(member.on_propose(1, again, (0, {}), 0.2), 2), "5 asks 2 to give its proposal up"
+    (commit,) = member.on_commit(2, CommitMsg(TAG, 2, 1, 2, ((2, 0), (4, 0), (5, 0)), (), ()))
+    assert commit.view == View.of(2, (2, 4, 5)), "2 committed before it heard 5: its view is installed"
+    assert member.take_deferred() is None, "1's proposal waits while 5 installs 2's view"
+
+
+def test_a_preempted_coordinator_gives_its_proposal_up_and_the_member_answers_the_higher_one() -> None:
+    """2 lacks an answer (4's) when 5 tells it that a higher proposal wants
+    5: 2 aborts (a PROPOSE without members), makes no new proposal for
+    ``view_timeout``, and 5, released, answers the proposal that waited."""
+    va = agreements({2, 4, 5})
+    (proposal,) = ctl(va[2].member_failed(4, 0.0), MsgType.PROPOSE)  # 2 proposes (2, 5)
+    by_2 = body(proposal)
+    va[2].on_propose(2, by_2, (0, {}), 0.0)
+    va[2].on_flush(2, Flush(TAG, by_2.epoch, by_2.attempt, 0, 0, (), 0), 0.0)
+    va[5].on_propose(2, by_2, (0, {}), 0.0)
+    higher = Propose(TAG, by_2.epoch + 1, 1, 0, (1, 2, 4, 5))
+    (notice,) = va[5].on_propose(1, higher, (0, {}), 0.1)
+    (abort,) = va[2].on_flush(5, body(notice), 0.1)
+    assert abort.dst is None and members_of(body(abort)) == (), "an abort releases 2's members"
+    assert va[2].coordination is None and va[2].reconsider(0.2) == [], "2 holds off while the higher one completes"
+    assert ctl(va[2].reconsider(0.1 + TIMEOUT), MsgType.PROPOSE), "then it proposes again (4 is still failed)"
+    assert va[5].take_deferred() is None, "still bound until the abort arrives"
+    va[5].on_propose(2, body(abort), (0, {}), 0.15)
+    assert va[5].take_deferred() == (1, higher, None)
+    assert not body(ctl(va[5].on_propose(1, higher, (0, {}), 0.15), MsgType.FLUSH)[0]).refuse
+
+
+def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
+    """As above, but 2 gives its proposal up (an abort: the proposal without
+    members) and 5 answers 1's higher one. A commit of 2's proposal arriving
+    after that (it cannot come from 2: a forged or corrupt one) must not make
+    5 install it, or 5 would be listed in two views at once (seen in a real
+    5-process run: survivors delivered different message counts)."""
+    member = ViewAgreement(5, {5}, VIEW, 0.0, TAG)
+    by_2 = Propose(TAG, 2, 1, 0, (2, 4, 5))
+    by_1 = Propose(TAG, 2, 1, 0, (1, 2, 3, 4, 5))
+    assert ctl(member.on_propose(2, by_2, (0, {}), 0.0), MsgType.FLUSH)
+    assert member.on_propose(2, Propose(TAG, 2, 1, 0, ()), (0, {}), 0.05) == []  # 2's abort
     (refusal,) = ctl(member.on_propose(1, by_1, (0, {}), 0.1), MsgType.FLUSH)
     assert refusal.dst == 1 and body(refusal).refuse, "another coordinator's proposal of an answered epoch"
     again = Propose(TAG, 3, 1, 0, by_1.members)
@@ -707,7 +759,9 @@ def test_a_coordinator_left_out_after_its_own_proposal_does_not_commit_it() -> N
     va[1].installed(alone, 0.1)
     assert va[1].view.members == (1,)
     assert va[1].on_flush(1, own, 0.2) == []
-    assert va[1].on_flush(2, reply, 0.2) == [], "no COMMIT of a proposal we no longer stand by"
+    (abort,) = va[1].on_flush(2, reply, 0.2)
+    assert abort.msg_type is MsgType.PROPOSE and members_of(body(abort)) == (), \
+        "no COMMIT of a proposal we no longer stand by: an abort releases its members"
     assert va[1].coordination is None
 
 
@@ -769,8 +823,9 @@ def test_member_waiting_for_a_commit_takes_over_from_a_dead_coordinator() -> Non
     (takeover,) = ctl(va[2].on_timeout(2 * TIMEOUT), MsgType.PROPOSE)
     t = body(takeover)
     assert members_of(t) == (2, 3) and (t.epoch, t.attempt) == (3, 1), "one epoch above the one it may have committed"
-    assert not body(ctl(va[3].on_propose(2, t, (0, {}), 2 * TIMEOUT), MsgType.FLUSH)[0]).refuse
+    assert preempts(va[3].on_propose(2, t, (0, {}), 2 * TIMEOUT - 0.01), 1), "3 waits for 1 until its timer fires"
     assert ctl(va[3].on_timeout(2 * TIMEOUT), MsgType.PROPOSE) == [], "only the lowest other member takes over"
+    assert not body(ctl(va[3].on_propose(2, t, (0, {}), 2 * TIMEOUT), MsgType.FLUSH)[0]).refuse
 
 
 def test_beacon_lists_the_view() -> None:

@@ -301,6 +301,23 @@ class ViewAgreement:
         self.offered: tuple[int, bool] = (0, False)
         """The rollback bound our flushes of this change offered, and whether withdrawn."""
         self.commit_wait: float | None = None
+        self.bound = False
+        """We flushed to another coordinator's proposal (``accepted``), which it
+        may commit at any moment: until it commits, abandons it (a new
+        proposal of its own, or an abort) or ``takeover_timeout`` passes, we
+        answer no other coordinator. Taking another's higher proposal in that
+        window left the first coordinator's view installed without us
+        (exhaustive check P, 'crash 1; restart 1; join 4; settle'). A higher
+        proposal of another coordinator waits (``deferred``) while we ask ours
+        to give its proposal up (a preempting FLUSH)."""
+        self.deferred: tuple[int, Propose, int | None] | None = None
+        """The highest proposal that came while we were bound: (its coordinator,
+        the proposal, the coordinator's incarnation), answered once released
+        (``take_deferred``)."""
+        self._hold_off_until: float | None = None
+        """We gave our proposal up for a higher one (preempted): until then we
+        make no new one, so that the higher one can complete instead of being
+        outbid in turn."""
         self.coordination: _Coordination | None = None
         self.committing: Commit | None = None
         """The commit this member decided or accepted, until the group installs
@@ -412,6 +429,9 @@ class ViewAgreement:
         attempt each, and fewer optimistic messages are rolled back."""
         if self.coordinator() != self.me:
             return []
+        if self._hold_off_until is not None and now < self._hold_off_until and self.coordination is None:
+            self._reconsider_at = self._hold_off_until  # we gave a proposal up for a higher one: let it complete
+            return []
         if self.accepted is not None and self.accepted.coordinator < self.me and self.coordination is None:
             # We answered a lower coordinator, whose proposal outranks ours
             # anyway. Outbidding it with a higher attempt would let it commit
@@ -477,6 +497,9 @@ class ViewAgreement:
         record is never rolled back. ``incarnation``: the proposer's (None: ours)."""
         members = msg.members
         proposal = _Proposal(msg.epoch, msg.attempt, src, members, self._incarnation_of(src, incarnation))
+        if not members:
+            self._on_abort(proposal)
+            return []
         if self.me not in members or proposal.epoch <= self.view.epoch or proposal.attempt > MAX_ATTEMPT:
             return []
         if self.committing is not None:
@@ -499,6 +522,8 @@ class ViewAgreement:
             # it there (randomized FIFO machine, seed 3796585111). Its
             # coordinator proposes again one epoch higher, which we may take.
             return [self._refusal(src, proposal)]
+        if self._bound_elsewhere(proposal):
+            return self._preempt(src, msg, incarnation)
         out: list[AgreementOut] = []
         if self.accepted is None or proposal.key != self.accepted.key:
             if self.snapshot is None:
@@ -507,11 +532,52 @@ class ViewAgreement:
             elif self.accepted is not None:
                 self._note_sent_under(self.accepted, snapshot[0])
             if self.coordination is not None and proposal.coordinator != self.me:
-                self.coordination = None  # a higher proposal wins: follow it
+                out += self._abandon()  # a higher proposal wins: follow it
             self.accepted = proposal
         self.commit_wait = now + self.params.takeover_timeout
+        self.bound = proposal.coordinator != self.me
         out.append(self._flush_reply(src, proposal, delivered or {}))
         return out
+
+    def _bound_elsewhere(self, proposal: _Proposal) -> bool:
+        """We flushed to another coordinator incarnation's proposal that is
+        still open: only that coordinator may move us on (``bound``)."""
+        accepted = self.accepted
+        return self.bound and accepted is not None and \
+            (proposal.coordinator, proposal.incarnation) != (accepted.coordinator, accepted.incarnation)
+
+    def _preempt(self, src: int, msg: Propose, incarnation: int | None) -> list[AgreementOut]:
+        """A higher proposal than the one we are bound to: keep it for when we
+        are released, and ask our coordinator to give its proposal up."""
+        accepted = self.accepted
+        assert accepted is not None
+        self.deferred = (src, msg, incarnation)
+        body = encode(Flush(self.tag, accepted.epoch, accepted.attempt, 0, 0, (), 0, preempt=True))
+        return [CtlSend(accepted.coordinator, MsgType.FLUSH, body)]
+
+    def take_deferred(self) -> tuple[int, Propose, int | None] | None:
+        """The proposal that waited while we were bound, once we are released."""
+        if self.bound or self.deferred is None:
+            return None
+        deferred, self.deferred = self.deferred, None
+        return deferred
+
+    def _on_abort(self, proposal: _Proposal) -> None:
+        """The coordinator of the proposal we are bound to will never commit it."""
+        accepted = self.accepted
+        if accepted is not None and (accepted.epoch, accepted.attempt, accepted.coordinator,
+                                     accepted.incarnation) == (proposal.epoch, proposal.attempt,
+                                                               proposal.coordinator, proposal.incarnation):
+            self.bound = False
+
+    def _abandon(self) -> list[AgreementOut]:
+        """Give up our open proposal without committing it, and release the
+        members bound to it (an abort: the proposal with no members)."""
+        coordination, self.coordination = self.coordination, None
+        if coordination is None or coordination.commit is not None:
+            return []
+        p = coordination.proposal
+        return [CtlSend(None, MsgType.PROPOSE, encode(Propose(self.tag, p.epoch, p.attempt, p.coordinator, ())))]
 
     def _note_sent_under(self, proposal: _Proposal, upto: int) -> None:
         """Remember what we sent under a superseded proposal. An earlier entry
@@ -642,13 +708,15 @@ class ViewAgreement:
         self.suspected &= set(self.view.members)
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
         self.accepted = self.snapshot = self.commit_wait = self.committing = None
+        self.bound = False
+        self.deferred = self._hold_off_until = None
         self.sent_under = []
         self.offered = (0, False)
         self.diverged = False
+        out: list[AgreementOut] = []
         if self.coordination is not None and self.coordination.proposal.epoch <= self.view.epoch \
                 and commit.coordinator != self.me:
-            self.coordination = None
-        out: list[AgreementOut] = []
+            out += self._abandon()
         if commit.coordinator != self.me and self.view.members != (self.me,):
             out.append(self._installed_reply(commit.coordinator, commit.view.epoch, commit.attempt))
         if self.failed or self.leaving:
@@ -670,6 +738,12 @@ class ViewAgreement:
         if msg.refuse:
             self.coordination = None
             return self._propose(p.members, now, min_epoch=p.epoch + 1)
+        if msg.preempt:
+            # A member bound to us is wanted by a higher proposal, and we
+            # cannot commit yet (we lack some answer): give ours up, and make
+            # no new one for ``view_timeout`` so that the higher one completes.
+            self._hold_off_until = now + self.params.view_timeout
+            return self._abandon()
         coordination.replies[src] = (msg.own, msg.vector, msg.rollback, msg.lineage, msg.delivered, msg.withdraw)
         if set(coordination.replies) >= set(p.members):
             if coordination.proposed_in is not None and coordination.proposed_in != self.view:
@@ -679,9 +753,8 @@ class ViewAgreement:
                 # view we never install while its other members take us for
                 # their coordinator (randomized total-order machine, explore.py
                 # seed 2066259233: a wedge). Its members take over; beacons
-                # merge us back.
-                self.coordination = None
-                return []
+                # merge us back; the abort releases them at once.
+                return self._abandon()
             return self._commit(now)
         return []
 
@@ -795,6 +868,8 @@ class ViewAgreement:
         those that do not answer are left out of the next attempt."""
         if self.accepted is not None or self.committing is not None or self.coordination is not None:
             return []
+        if self._hold_off_until is not None and now < self._hold_off_until:
+            return []
         if not any(m in self.failed for m in self.view.members):
             return []
         return self._propose(tuple(sorted(self.wanted())), now)
@@ -806,6 +881,7 @@ class ViewAgreement:
         proposal = self.accepted
         assert proposal is not None
         self.commit_wait = now + self.params.takeover_timeout
+        self.bound = False  # its coordinator is silent: we may answer others now
         if self.coordination is not None:
             return []
         if proposal.coordinator in self.view and proposal.coordinator != self.me:

@@ -95,10 +95,14 @@ class Flush:
     refuse: bool = False
     """Not an answer: the member answered another coordinator's proposal of
     this epoch, so this one must be made again at a higher epoch."""
+    preempt: bool = False
+    """Not an answer: the member, which answered this proposal, is wanted by
+    a higher one of another coordinator. It stays bound to this one until
+    the coordinator commits it or gives it up (``agreement.ViewAgreement.bound``)."""
 
     def to_control(self) -> Control:
         # the flags ride as a second pair (1, bits) of the lineage list, absent when none is set
-        bits = self.withdraw | self.refuse << 1
+        bits = self.withdraw | self.refuse << 1 | self.preempt << 2
         lineage = ((0, self.lineage), (1, bits)) if bits else ((0, self.lineage),)
         lists = (self.vector, lineage) + ((self.delivered,) if self.delivered else ())
         return Control(self.group_tag, self.epoch, self.attempt, self.own, self.rollback, lists)
@@ -110,7 +114,7 @@ class Flush:
         bits = c.lists[1][1][1] if len(c.lists) > 1 and len(c.lists[1]) > 1 and c.lists[1][1][0] == 1 else 0
         delivered = c.lists[2] if len(c.lists) > 2 else ()
         return cls(c.group_tag, c.epoch, c.attempt, c.a, c.b, c.lists[0], lineage, delivered, bool(bits & 1),
-                   bool(bits & 2))
+                   bool(bits & 2), bool(bits & 4))
 
 
 @dataclass(frozen=True, slots=True)
