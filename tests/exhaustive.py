@@ -155,6 +155,7 @@ from typing import Any, NamedTuple
 
 from sgcs.actions import Deliver, GroupError, Multicast, OptimisticView, Rollback, Send, TraceEvent, ViewInstalled
 from sgcs.config import Config, Order
+from sgcs.membership.synchrony import PHASES
 from sgcs.node import Node
 from sgcs.wire import MsgType
 
@@ -186,6 +187,7 @@ INVARIANTS: dict[str, str] = {
     "X": "a node raised, or its timers stay due",
     "L": "the live members settle (liveness)",
     "P": "a view is installed by every member it lists that neither crashed nor left",
+    "S": "the agreement's stage and the data plane's phase agree (synchrony.PHASES)",
 }
 
 URGENT_LIMIT = 100
@@ -934,6 +936,10 @@ class World:
     def _observe(self, n: int, actions: list[Any]) -> None:
         key = (n, self.incarnation[n])
         log = self._log(key)
+        stack = self.objs[n]._groups.get(self.cfg.group)
+        if stack is not None and stack.sync.phase not in PHASES[stack.agreement.stage]:
+            self.found.append(("S", f"node {log.name}: stage {stack.agreement.stage.value} with phase "
+                                    f"{stack.sync.phase.value}"))
         for action in actions:
             kind = type(action)
             if kind is Deliver:

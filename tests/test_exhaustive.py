@@ -37,8 +37,9 @@ from exhaustive import (
     replay,
 )
 
-CI_BOUND = ExploreConfig(depth=3, order=Order.TOTAL, calm=(0.01,))
-"""3 members + 1 joiner, one multicast each, every fault kind once per path, depth 3."""
+CI_BOUND = ExploreConfig(depth=3, order=Order.TOTAL, calm=(0.01,), partial_views=True)
+"""3 members + 1 joiner, one multicast each, every fault kind once per path,
+depth 3; every view installed by each member it lists that stays up (check P)."""
 
 
 @pytest.mark.parametrize("order", [Order.TOTAL, Order.FIFO], ids=lambda o: o.value)
@@ -146,6 +147,27 @@ def test_a_member_completes_a_cut_from_a_view_mate_when_the_sender_left(order: O
     _, found = replay(ExploreConfig(depth=4, order=order, partial_views=True),
                       "send 1; drop 1->2 DATA #1cd6f9b306; leave 1; settle")
     assert found == [], found
+
+
+@pytest.mark.parametrize("order", [Order.TOTAL, Order.FIFO], ids=lambda o: o.value)
+def test_a_joiner_bound_to_one_merge_waits_for_it_before_a_higher_one(order: Order) -> None:
+    """1 restarts and merges with the joiner 4 while 2 excludes the old 1 and
+    takes 4 in: 4 answered 1's proposal first, so it asks 1 to give it up (or
+    installs 1's view) before it answers 2's. Taking 2's higher proposal at
+    once left 1's view (1, 4) installed without 4 (check P)."""
+    _, found = replay(ExploreConfig(depth=3, order=order, partial_views=True), "crash 1; restart 1; join 4; settle")
+    assert found == [], found
+
+
+def test_the_stage_check_fails_when_stage_and_phase_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check S can fail: with a map that puts a frozen member in no stage, a view change breaks it."""
+    import exhaustive
+    from sgcs.membership.stages import Stage
+    from sgcs.membership.synchrony import PHASES, Phase
+
+    monkeypatch.setattr(exhaustive, "PHASES", {**PHASES, Stage.ANSWERED: frozenset({Phase.STABLE})})
+    _, found = replay(ExploreConfig(depth=2, order=Order.TOTAL), "crash 3; settle")
+    assert any(v.invariant == "S" for v in found), found
 
 
 def test_fingerprints_merge_only_states_that_look_the_same() -> None:

@@ -143,8 +143,8 @@ def test_proposals_that_only_grow_keep_one_sent_under_entry() -> None:
         members = tuple(sorted({0, ME, PEER, *range(10, 10 + attempt)}))
         msg = Propose(0, 5, attempt, 0, members)
         assert agreement.on_propose(0, msg, (attempt, {}), 0.0)
-    assert len(agreement.sent_under) == 1  # each entry was dominated by the next
-    assert agreement.sent_under[0][1] == 199
+    assert agreement.answer is not None and len(agreement.answer.sent_under) == 1  # each was dominated by the next
+    assert agreement.answer.sent_under[0][1] == 199
     shrunk = Propose(0, 5, 500, 0, (0, ME, PEER))
     flush = agreement.on_propose(0, shrunk, (300, {}), 0.0)[-1]
     assert decode_untrusted(MsgType.FLUSH, flush.body).rollback == 300  # sent under a larger view: rolled back

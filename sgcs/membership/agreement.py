@@ -78,6 +78,7 @@ from ..transport.params import Params
 from ..wire import MsgType
 from .messages import Beacon, CommitMsg, Flush, InstalledMsg, Propose, encode
 from .roster import roster_of
+from .stages import COORDINATING, STAGES, Coordinating, Event, Role, Stage
 
 Entries = tuple[tuple[int, int], ...]
 MAX_ATTEMPT = 2**32 - 2
@@ -255,6 +256,41 @@ class _Coordination:
     no longer stand by our own flush (``on_flush``)."""
 
 
+SentUnder = tuple[tuple[int, ...], int, frozenset[tuple[int, int, int]]]
+
+
+@dataclass
+class _Answer:
+    """Our side of one change as a participant, from the first proposal we
+    answer until we install a view: its presence is what "a change is under
+    way here" means (``ViewAgreement.stage``)."""
+
+    proposal: _Proposal
+    """The proposal we answered last: only its commit is installed."""
+    snapshot: tuple[int, dict[int, int]]
+    """Frozen at the first answer: our last own record and how far we hold each stream."""
+    takeover_at: float
+    """When we stop waiting for the commit (``takeover_timeout`` after our last answer)."""
+    sent_under: list[SentUnder] = field(default_factory=list)
+    """(optimistic view members, our last seq sent under it, the ``origin``
+    of the proposals it stands for) of proposals we answered before this one."""
+    offered: tuple[int, bool] = (0, False)
+    """The rollback bound our flushes of this change offered, and whether withdrawn."""
+    bound: bool = False
+    """We flushed to another coordinator's proposal, which it may commit at
+    any moment: until it commits, abandons it (a new proposal of its own, or
+    an abort) or ``takeover_timeout`` passes, we answer no other coordinator.
+    Taking another's higher proposal in that window left the first
+    coordinator's view installed without us (exhaustive check P, 'crash 1;
+    restart 1; join 4; settle'). A higher proposal of another coordinator
+    waits (``deferred``) while we ask ours to give its proposal up (a
+    preempting FLUSH)."""
+    deferred: tuple[int, Propose, int | None] | None = None
+    """The highest proposal that came while we were bound: (its coordinator,
+    the proposal, the coordinator's incarnation), answered once released
+    (``ViewAgreement.take_deferred``)."""
+
+
 class ViewAgreement:
     """The view of one group on one member, and the changes that move it."""
 
@@ -293,28 +329,15 @@ class ViewAgreement:
         12345)."""
         self.joiners: dict[int, int] = {}
         """Members of other components to merge in, with the epoch of their view."""
-        self.accepted: _Proposal | None = None
-        self.snapshot: tuple[int, dict[int, int]] | None = None
-        self.sent_under: list[tuple[tuple[int, ...], int, frozenset[tuple[int, int, int]]]] = []
-        """(optimistic view members, our last seq sent under it, the ``origin``
-        of the proposals it stands for) during a change."""
-        self.offered: tuple[int, bool] = (0, False)
-        """The rollback bound our flushes of this change offered, and whether withdrawn."""
-        self.commit_wait: float | None = None
-        self.bound = False
-        """We flushed to another coordinator's proposal (``accepted``), which it
-        may commit at any moment: until it commits, abandons it (a new
-        proposal of its own, or an abort) or ``takeover_timeout`` passes, we
-        answer no other coordinator. Taking another's higher proposal in that
-        window left the first coordinator's view installed without us
-        (exhaustive check P, 'crash 1; restart 1; join 4; settle'). A higher
-        proposal of another coordinator waits (``deferred``) while we ask ours
-        to give its proposal up (a preempting FLUSH)."""
-        self.deferred: tuple[int, Propose, int | None] | None = None
-        """The highest proposal that came while we were bound: (its coordinator,
-        the proposal, the coordinator's incarnation), answered once released
-        (``take_deferred``)."""
+        self.answer: _Answer | None = None
+        """Our answer to the change under way (None: no change here)."""
         self._hold_off_until: float | None = None
+        self._sent_commit: tuple[int, int, tuple[int, int, int, int], bytes] | None = None
+        """(epoch, attempt, key, body) of the last commit we sent: repeated to a
+        member that is still bound to it after we moved on (``on_flush``)."""
+        self._aborted: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+        """Per coordinator incarnation, the highest of its proposals it aborted
+        (``_on_abort``): that one and those before it are never answered."""
         """We gave our proposal up for a higher one (preempted): until then we
         make no new one, so that the higher one can complete instead of being
         outbid in turn."""
@@ -334,7 +357,52 @@ class ViewAgreement:
 
     @property
     def changing(self) -> bool:
-        return self.accepted is not None
+        return self.answer is not None
+
+    @property
+    def accepted(self) -> _Proposal | None:
+        """The proposal we answered last in the change under way."""
+        return None if self.answer is None else self.answer.proposal
+
+    @property
+    def stage(self) -> Stage:
+        """Where this member is in a view change (``STAGES``)."""
+        if self.committing is not None:
+            return Stage.COMMITTED
+        answer = self.answer
+        if answer is None:
+            return Stage.STABLE
+        return Stage.BOUND if answer.bound else Stage.ANSWERED
+
+    @property
+    def coordinating(self) -> Coordinating:
+        """Where the change this member coordinates is (``COORDINATING``)."""
+        coordination = self.coordination
+        if coordination is None:
+            return Coordinating.IDLE
+        return Coordinating.PROPOSING if coordination.commit is None else Coordinating.CONFIRMING
+
+    @property
+    def role(self) -> Role:
+        """The part this member plays in the change under way."""
+        if self.coordination is not None:
+            return Role.COORDINATOR
+        accepted = self.accepted
+        if accepted is None:
+            return Role.MEMBER
+        return Role.PARTICIPANT if accepted.coordinator in self.view else Role.JOINER
+
+    def _moved(self, before: Stage, event: Event) -> None:
+        # The stage is read from the fields; a move the table does not allow is
+        # a bug in this class, never input.
+        after = self.stage
+        if STAGES.get((before, event), (None, ""))[0] is not after:
+            raise AssertionError(f"view agreement: {event.value} from {before.value} gave {after.value}")
+
+    def _coordinated(self, before: Coordinating, event: Event) -> None:
+        after = self.coordinating
+        if COORDINATING.get((before, event), (None, ""))[0] is not after:
+            raise AssertionError(f"view agreement: {event.value} from {before.value} gave {after.value}")
 
     def coordinator(self) -> int:
         # members are sorted: the first live one is the lowest (no O(N) copy per call)
@@ -475,7 +543,9 @@ class ViewAgreement:
             else:
                 epoch = accepted.epoch + 1
         proposal = _Proposal(epoch, attempt, self.me, members, self.incarnation)
+        before = self.coordinating
         self.coordination = _Coordination(proposal, deadline=now + self.params.view_timeout, proposed_in=self.view)
+        self._coordinated(before, Event.PROPOSE)
         return self._send_proposal(now)
 
     def _send_proposal(self, now: float) -> list[AgreementOut]:
@@ -522,65 +592,88 @@ class ViewAgreement:
             # it there (randomized FIFO machine, seed 3796585111). Its
             # coordinator proposes again one epoch higher, which we may take.
             return [self._refusal(src, proposal)]
+        if self._aborted_already(proposal):
+            return []  # its coordinator gave it up: its abort overtook it
         if self._bound_elsewhere(proposal):
             return self._preempt(src, msg, incarnation)
         out: list[AgreementOut] = []
-        if self.accepted is None or proposal.key != self.accepted.key:
-            if self.snapshot is None:
-                self.snapshot = snapshot
-                out.append(Freeze(dict(snapshot[1]), proposal.view()))
-            elif self.accepted is not None:
-                self._note_sent_under(self.accepted, snapshot[0])
-            if self.coordination is not None and proposal.coordinator != self.me:
-                out += self._abandon()  # a higher proposal wins: follow it
-            self.accepted = proposal
-        self.commit_wait = now + self.params.takeover_timeout
-        self.bound = proposal.coordinator != self.me
-        out.append(self._flush_reply(src, proposal, delivered or {}))
+        before = self.stage
+        answer = self.answer
+        if answer is None:
+            answer = self.answer = _Answer(proposal, snapshot, 0.0)
+            out.append(Freeze(dict(snapshot[1]), proposal.view()))
+        elif proposal.key != answer.proposal.key:
+            self._note_sent_under(answer, snapshot[0])
+            answer.proposal = proposal
+        if self.coordination is not None and proposal.coordinator != self.me:
+            out += self._abandon()  # a higher proposal wins: follow it
+        answer.takeover_at = now + self.params.takeover_timeout
+        answer.bound = proposal.coordinator != self.me
+        self._moved(before, Event.ANSWER_OTHER if answer.bound else Event.ANSWER_OWN)
+        out.append(self._flush_reply(src, answer, delivered or {}))
         return out
 
     def _bound_elsewhere(self, proposal: _Proposal) -> bool:
         """We flushed to another coordinator incarnation's proposal that is
         still open: only that coordinator may move us on (``bound``)."""
-        accepted = self.accepted
-        return self.bound and accepted is not None and \
-            (proposal.coordinator, proposal.incarnation) != (accepted.coordinator, accepted.incarnation)
+        answer = self.answer
+        return answer is not None and answer.bound and (proposal.coordinator, proposal.incarnation) != \
+            (answer.proposal.coordinator, answer.proposal.incarnation)
 
     def _preempt(self, src: int, msg: Propose, incarnation: int | None) -> list[AgreementOut]:
         """A higher proposal than the one we are bound to: keep it for when we
         are released, and ask our coordinator to give its proposal up."""
-        accepted = self.accepted
-        assert accepted is not None
-        self.deferred = (src, msg, incarnation)
+        answer = self.answer
+        assert answer is not None
+        answer.deferred = (src, msg, incarnation)
+        accepted = answer.proposal
         body = encode(Flush(self.tag, accepted.epoch, accepted.attempt, 0, 0, (), 0, preempt=True))
         return [CtlSend(accepted.coordinator, MsgType.FLUSH, body)]
 
     def take_deferred(self) -> tuple[int, Propose, int | None] | None:
         """The proposal that waited while we were bound, once we are released."""
-        if self.bound or self.deferred is None:
+        answer = self.answer
+        if answer is None or answer.bound or answer.deferred is None:
             return None
-        deferred, self.deferred = self.deferred, None
+        deferred, answer.deferred = answer.deferred, None
         return deferred
 
     def _on_abort(self, proposal: _Proposal) -> None:
-        """The coordinator of the proposal we are bound to will never commit it."""
-        accepted = self.accepted
-        if accepted is not None and (accepted.epoch, accepted.attempt, accepted.coordinator,
-                                     accepted.incarnation) == (proposal.epoch, proposal.attempt,
-                                                               proposal.coordinator, proposal.incarnation):
-            self.bound = False
+        """``proposal``'s coordinator will never commit it, nor any earlier
+        proposal of its own: it moved on from those before. The abort may
+        overtake the proposal it names (the heal sweep, safe order, seed 3,
+        2.0 s: a member bound itself to an aborted proposal that came after
+        the abort, and waited ``takeover_timeout`` for it), so it is kept
+        until a view above its epoch is installed."""
+        maker = (proposal.coordinator, proposal.incarnation)
+        if proposal.key > self._aborted.get(maker, (0, 0, 0, 0)):
+            self._aborted[maker] = proposal.key
+        answer = self.answer
+        if answer is not None and answer.bound and self.committing is None and \
+                (answer.proposal.coordinator, answer.proposal.incarnation) == maker and \
+                answer.proposal.key <= proposal.key:
+            answer.bound = False
+            self._moved(Stage.BOUND, Event.RELEASE)
+
+    def _aborted_already(self, proposal: _Proposal) -> bool:
+        return proposal.key <= self._aborted.get((proposal.coordinator, proposal.incarnation), (0, 0, 0, 0))
 
     def _abandon(self) -> list[AgreementOut]:
         """Give up our open proposal without committing it, and release the
         members bound to it (an abort: the proposal with no members)."""
+        before = self.coordinating
         coordination, self.coordination = self.coordination, None
-        if coordination is None or coordination.commit is not None:
+        if coordination is None:
+            return []
+        self._coordinated(before, Event.ABANDON)
+        if coordination.commit is not None:
             return []
         p = coordination.proposal
+        self._on_abort(p)  # answered again if a member bound to it asks (``on_flush``)
         return [CtlSend(None, MsgType.PROPOSE, encode(Propose(self.tag, p.epoch, p.attempt, p.coordinator, ())))]
 
-    def _note_sent_under(self, proposal: _Proposal, upto: int) -> None:
-        """Remember what we sent under a superseded proposal. An earlier entry
+    def _note_sent_under(self, answer: _Answer, upto: int) -> None:
+        """Remember what we sent under the proposal we answered last, now superseded. An earlier entry
         whose members are a subset of these is dominated (``upto`` only grows,
         and whenever it is not within the next proposal neither is this one),
         so it goes, leaving its origins to the new entry: proposals that only
@@ -593,24 +686,24 @@ class ViewAgreement:
         window seed 10: a coordinator refused at epochs 5, 6 and 7 proposed
         again at 8; a member sent under 8 only, yet its flush withdrew those
         messages for the origins 5 to 7, and nobody delivered them)."""
-        assert self.snapshot is not None
-        if upto <= (self.sent_under[-1][1] if self.sent_under else self.snapshot[0]):
+        sent_under, proposal = answer.sent_under, answer.proposal
+        if upto <= (sent_under[-1][1] if sent_under else answer.snapshot[0]):
             return
         grown = set(proposal.members)
         origins = {proposal.origin}
         kept = []
-        for under, seq, made_by in self.sent_under:
+        for under, seq, made_by in sent_under:
             if set(under) <= grown:
                 origins |= made_by
             else:
                 kept.append((under, seq, made_by))
-        self.sent_under = kept + [(proposal.members, upto, frozenset(origins))]
+        answer.sent_under = kept + [(proposal.members, upto, frozenset(origins))]
 
-    def _flush_reply(self, coordinator: int, proposal: _Proposal, delivered: dict[int, int]) -> CtlSend:
-        assert self.snapshot is not None
-        own, vector = self.snapshot
+    def _flush_reply(self, coordinator: int, answer: _Answer, delivered: dict[int, int]) -> CtlSend:
+        own, vector = answer.snapshot
+        proposal = answer.proposal
         members = set(proposal.members)
-        outside = [(upto, made_by) for under, upto, made_by in self.sent_under if not set(under) <= members]
+        outside = [(upto, made_by) for under, upto, made_by in answer.sent_under if not set(under) <= members]
         rollback = max([upto for upto, _ in outside], default=0)
         # Rolled back only if we know no view holds them: every proposal they
         # went under was this coordinator's, in this epoch (it moved on from
@@ -622,10 +715,10 @@ class ViewAgreement:
         # machine, seed 3796585111: a member offered its message to the
         # second attempt of one coordinator, then delivered it in another's
         # view whose members included the first attempt's).
-        offered, offered_withdraw = self.offered
+        offered, offered_withdraw = answer.offered
         if offered:
             rollback, withdraw = max(rollback, offered), withdraw or offered_withdraw
-        self.offered = (rollback, withdraw)
+        answer.offered = (rollback, withdraw)
         body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, own, rollback, tuple(sorted(vector.items())),
                             lineage(self.view, self.previous), tuple(sorted(delivered.items())), withdraw))
         return CtlSend(coordinator, MsgType.FLUSH, body)
@@ -648,19 +741,25 @@ class ViewAgreement:
         if self.me not in members:
             if self.me in self.view.members and src in self.view.members \
                     and (self.accepted is None or self.accepted.key <= key):
-                self.committing = Commit(self._alone(msg.epoch), {}, {}, src, msg.attempt)  # we were left out
-                return [self.committing]
+                return self._commit_to(Commit(self._alone(msg.epoch), {}, {}, src, msg.attempt),
+                                       Event.LEFT_OUT)  # we were left out
             return []
         if self.accepted is None or self.accepted.key != key:
             # Not the proposal we answered last: we moved on to a higher one
             # (whose coordinator counts on us), or never answered this one.
             # Installing it would list us in two views of one epoch.
             return []
-        self.committing = Commit(View.of(msg.epoch, members, self._incarnation_of(src, incarnation)),
-                                 dict(msg.cut), dict(msg.rollback), src,
-                                 msg.attempt, {m: d for m, d in msg.origins if d}, dict(msg.foreign),
-                                 dict(msg.withdrawn))
-        return [self.committing]
+        return self._commit_to(Commit(View.of(msg.epoch, members, self._incarnation_of(src, incarnation)),
+                                      dict(msg.cut), dict(msg.rollback), src,
+                                      msg.attempt, {m: d for m, d in msg.origins if d}, dict(msg.foreign),
+                                      dict(msg.withdrawn)), Event.COMMIT)
+
+    def _commit_to(self, commit: Commit, event: Event) -> list[AgreementOut]:
+        """Hand ``commit`` to the group, which completes its cut and installs it."""
+        before = self.stage
+        self.committing = commit
+        self._moved(before, event)
+        return [commit]
 
     def _alone(self, epoch: int) -> View:
         return View.of(epoch, (self.me,), self.incarnation)
@@ -671,8 +770,7 @@ class ViewAgreement:
     def left_out(self, coordinator: int, epoch: int) -> list[AgreementOut]:
         """Our coordinator's beacon shows a later view without us: we missed
         the commit that excluded us. Install a singleton; beacons merge us back."""
-        self.committing = Commit(self._alone(epoch), {}, {}, coordinator, 0)
-        return [self.committing]
+        return self._commit_to(Commit(self._alone(epoch), {}, {}, coordinator, 0), Event.LEFT_OUT)
 
     def lags(self, member: int, commit: Commit) -> bool:
         """``member`` flushes for ``commit`` from the view it flushed from for
@@ -682,8 +780,7 @@ class ViewAgreement:
 
     def give_up(self, commit: Commit) -> list[AgreementOut]:
         """The committed cut cannot be completed here: leave the change alone."""
-        self.committing = Commit(self._alone(commit.view.epoch), {}, {}, commit.coordinator, 0)
-        return [self.committing]
+        return self._commit_to(Commit(self._alone(commit.view.epoch), {}, {}, commit.coordinator, 0), Event.GIVE_UP)
 
     def installed(self, commit: Commit, now: float) -> list[AgreementOut]:
         """The group layer completed the cut and installed ``commit.view``.
@@ -707,11 +804,11 @@ class ViewAgreement:
         self.restarted = set()  # a member in the new view flushed to its coordinator: a live process
         self.suspected &= set(self.view.members)
         self.joiners = {m: e for m, e in self.joiners.items() if m not in self.view}
-        self.accepted = self.snapshot = self.commit_wait = self.committing = None
-        self.bound = False
-        self.deferred = self._hold_off_until = None
-        self.sent_under = []
-        self.offered = (0, False)
+        before = self.stage
+        self.answer = self.committing = self._hold_off_until = None
+        self._moved(before, Event.INSTALL)
+        if self._aborted:
+            self._aborted = {m: key for m, key in self._aborted.items() if key[0] > self.view.epoch}
         self.diverged = False
         out: list[AgreementOut] = []
         if self.coordination is not None and self.coordination.proposal.epoch <= self.view.epoch \
@@ -730,13 +827,22 @@ class ViewAgreement:
 
     def on_flush(self, src: int, msg: Flush, now: float) -> list[AgreementOut]:
         coordination = self.coordination
+        if msg.preempt and self._aborted_already(_Proposal(msg.epoch, msg.attempt, self.me, (), self.incarnation)):
+            # a member still bound to a proposal we gave up: our abort was lost
+            return [CtlSend(src, MsgType.PROPOSE, encode(Propose(self.tag, msg.epoch, msg.attempt, self.me, ())))]
+        sent = self._sent_commit
+        if msg.preempt and sent is not None and sent[:2] == (msg.epoch, msg.attempt) and \
+                (coordination is None or coordination.proposal.key != sent[2]):
+            # a member still bound to a proposal we committed, then moved on
+            # from (heal sweep, causal order, seed 3, 2.2 s: it waited
+            # takeover_timeout for a commit nobody repeated any more)
+            return [CtlSend(src, MsgType.COMMIT, sent[3])]
         if coordination is None or coordination.commit is not None:
             return []
         p = coordination.proposal
         if (msg.epoch, msg.attempt) != (p.epoch, p.attempt) or src not in p.members:
             return []
         if msg.refuse:
-            self.coordination = None
             return self._propose(p.members, now, min_epoch=p.epoch + 1)
         if msg.preempt:
             # A member bound to us is wanted by a higher proposal, and we
@@ -783,9 +889,11 @@ class ViewAgreement:
         coordination.commit = encode(CommitMsg(self.tag, p.epoch, p.attempt, self.me, tuple(origins.items()),
                                                tuple(sorted(cut.items())), tuple(sorted(rollback.items())),
                                                tuple(sorted(foreign.items())), tuple(sorted(withdrawn.items()))))
+        self._sent_commit = (p.epoch, p.attempt, p.key, coordination.commit)
         coordination.installed = set()
         coordination.deadline = now + self.params.view_timeout
         coordination.repeat_at = now + self.params.view_repeat_interval
+        self._coordinated(Coordinating.PROPOSING, Event.SEND_COMMIT)
         return [CtlSend(None, MsgType.COMMIT, coordination.commit)]
 
     def on_installed(self, src: int, msg: InstalledMsg) -> None:
@@ -794,6 +902,7 @@ class ViewAgreement:
             coordination.installed.add(src)
             if coordination.installed >= set(coordination.proposal.members) - {self.me}:
                 self.coordination = None
+                self._coordinated(Coordinating.CONFIRMING, Event.CONFIRMED)
 
     # ------------------------------------------------------------------ timers
 
@@ -807,7 +916,7 @@ class ViewAgreement:
                 out += self._drop_uninstalled(coordination, now)
             elif now >= coordination.repeat_at:
                 out += self._repeat(coordination, now)
-        if self.commit_wait is not None and now >= self.commit_wait and self.committing is None:
+        if self.answer is not None and now >= self.answer.takeover_at and self.committing is None:
             out += self._take_over(now)
         if self._reconsider_at is not None and now >= self._reconsider_at:
             self._reconsider_at = None
@@ -842,7 +951,6 @@ class ViewAgreement:
                 self.failed.add(member)
             self.joiners.pop(member, None)
         members = tuple(m for m in coordination.proposal.members if m not in silent)
-        self.coordination = None
         return self._propose(members, now)
 
     def _drop_uninstalled(self, coordination: _Coordination, now: float) -> list[AgreementOut]:
@@ -854,6 +962,7 @@ class ViewAgreement:
         members lasts at most ``view_timeout`` past its commit."""
         missing = set(coordination.proposal.members) - coordination.installed - {self.me}
         self.coordination = None
+        self._coordinated(Coordinating.CONFIRMING, Event.CONFIRMED)
         if coordination.proposal.epoch != self.view.epoch:
             return []  # we moved on ourselves
         self.failed |= {m for m in missing if m in self.view}
@@ -878,10 +987,13 @@ class ViewAgreement:
         """No commit came: the coordinator may be gone. The lowest other live
         member of the proposal that we know takes over and proposes what it
         wants now; a change with unchanged members still ends the freeze."""
-        proposal = self.accepted
-        assert proposal is not None
-        self.commit_wait = now + self.params.takeover_timeout
-        self.bound = False  # its coordinator is silent: we may answer others now
+        answer = self.answer
+        assert answer is not None
+        proposal = answer.proposal
+        answer.takeover_at = now + self.params.takeover_timeout
+        if answer.bound:
+            answer.bound = False  # its coordinator is silent: we may answer others now
+            self._moved(Stage.BOUND, Event.RELEASE)
         if self.coordination is not None:
             return []
         if proposal.coordinator in self.view and proposal.coordinator != self.me:
@@ -893,11 +1005,10 @@ class ViewAgreement:
         return []
 
     def next_deadline(self) -> float | None:
-        if self.coordination is None and self._reconsider_at is None and \
-                (self.committing is not None or self.commit_wait is None):
+        takeover_at = None if self.answer is None or self.committing is not None else self.answer.takeover_at
+        if self.coordination is None and self._reconsider_at is None and takeover_at is None:
             return None  # the usual case, between view changes: the driver asks after every event
-        deadlines = [d for d in (self.commit_wait if self.committing is None else None, self._reconsider_at)
-                     if d is not None]
+        deadlines = [d for d in (takeover_at, self._reconsider_at) if d is not None]
         if self.coordination is not None:
             deadlines += [self.coordination.deadline, self.coordination.repeat_at]
         return min(deadlines) if deadlines else None

@@ -50,6 +50,7 @@ from enum import Enum
 
 from ..transport.records import Message
 from .agreement import Commit, View
+from .stages import Stage
 
 
 class Phase(Enum):
@@ -61,15 +62,26 @@ class Phase(Enum):
 
 class Step(Enum):
     FREEZE = "freeze"
-    """We answered a proposal: hold everything past our snapshot (section 4.2, phase 1)."""
     COMMIT = "commit"
-    """A commit names the cut; or we start again alone (left out, or given up)."""
     GIVE_UP = "give_up"
-    """The cut could not be completed in ``cut_timeout`` (``2 * view_timeout``)."""
     INSTALL = "install"
-    """Every stream is complete up to the cut (phase 3)."""
     SETTLED = "settled"
-    """The held messages are sorted out; the new view is in place."""
+
+
+STEP_RULES: dict[Step, str] = {
+    Step.FREEZE: "we answered a proposal: hold everything past our snapshot (SGCS 4.2, phase 1)",
+    Step.COMMIT: "a commit names the cut; or we start again alone (left out, or given up)",
+    Step.GIVE_UP: "the cut could not be completed in cut_timeout (2 * view_timeout)",
+    Step.INSTALL: "every stream is complete up to the cut (SGCS 4.2, phase 3)",
+    Step.SETTLED: "the held messages are sorted out; the new view is in place",
+}
+
+PHASE_MEANING: dict[Phase, str] = {
+    Phase.STABLE: "messages go straight to delivery, but for optimistic ones of a change not seen yet",
+    Phase.FROZEN: "nothing past our snapshot is delivered in the old view; optimistic messages are held",
+    Phase.COMPLETING: "each stream is fetched up to the cut and delivered in the old view",
+    Phase.INSTALLING: "the new view is installed and the held messages sorted out (within one call)",
+}
 
 
 TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
@@ -82,6 +94,17 @@ TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
     (Phase.COMPLETING, Step.INSTALL): Phase.INSTALLING,
     (Phase.INSTALLING, Step.SETTLED): Phase.STABLE,
 }
+
+
+PHASES: dict[Stage, frozenset[Phase]] = {
+    Stage.STABLE: frozenset({Phase.STABLE}),
+    Stage.ANSWERED: frozenset({Phase.FROZEN}),
+    Stage.BOUND: frozenset({Phase.FROZEN}),
+    Stage.COMMITTED: frozenset({Phase.COMPLETING}),
+}
+"""The data plane's phase that goes with each stage of the agreement, between
+two events (``INSTALLING`` lasts within one call: the install, then the
+settling). The exhaustive checker holds every member to it in every state."""
 
 
 class Fate(Enum):
