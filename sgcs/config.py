@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,8 @@ class Config:
 
     name: str = "node"
     """Human-readable name of this node, used in logs and the demo."""
-    secret: bytes = b""
-    """Group secret; datagrams are authenticated with a key derived from it.
+    secret: bytes = field(default=b"", repr=False)
+    """Group secret (never shown in a repr); datagrams are authenticated with a key derived from it.
     At least 8 bytes."""
     encrypt: bool = False
     """Encrypt datagram bodies with AES-256-GCM under keys derived from the

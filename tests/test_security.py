@@ -179,3 +179,12 @@ async def test_a_keyless_node_cannot_join_and_the_view_is_untouched() -> None:
     assert stats["a"].drop_reasons.get("mac", 0) > 0, "the outsider's beacons reached a and were dropped"
     print(f"outsider's datagrams dropped as 'mac': a {stats['a'].drop_reasons.get('mac', 0)}, "
           f"b {stats['b'].drop_reasons.get('mac', 0)}; views of a: {views['a']}")
+
+
+def test_a_secret_never_appears_in_a_repr_or_a_str() -> None:
+    from sgcs.apps.bench import BenchOptions
+
+    secret = b"do-not-print-this-secret"
+    shown = [repr(Config(secret=secret)), str(Config(secret=secret)),
+             repr(BenchOptions(members=2, messages=1, size=64, secret=secret))]
+    assert all(secret.decode() not in text and repr(secret) not in text for text in shown), shown

@@ -101,7 +101,7 @@ class BenchOptions:
     rate: float | None = None
     """Messages per second per member; None: as fast as flow control allows."""
     max_datagram: int = DEFAULT_MAX_DATAGRAM
-    secret: bytes | None = None
+    secret: bytes | None = field(default=None, repr=False)
     timeout: float | None = None
     """Seconds for the whole run; None: ``default_timeout``."""
     encrypt: bool = False
