@@ -288,23 +288,14 @@ class GroupHandle:
 
         Flow control: waits while the group's window of unstable messages is
         full (``Config.window_max``) or its send delay has not passed, and while
-        this group's event queue is full. ``block=False`` raises
-        ``sgcs.WouldBlock`` instead of waiting for the window."""
-        node = self._driver.node
+        this group's event queue is full; a unicast waits while ``to`` has not
+        acknowledged ``window_max`` earlier ones. ``block=False`` raises
+        ``sgcs.WouldBlock`` instead of waiting."""
         if self._left:
             raise UsageError(f"group {self._name!r} was left; join it again to send")
         if to is None:
             return await self._driver.multicast(self._name, payload, block=block)
-        sent: list[MessageId] = []
-
-        def unicast(now: float) -> list[actions.Action]:
-            out = node.unicast(self._name, to, payload, now)
-            assert node.last_sent is not None
-            sent.append(node.last_sent)
-            return out
-
-        await self._driver.call(unicast)
-        return sent[0]
+        return await self._driver.unicast(self._name, to, payload, block=block)
 
     async def receive(self) -> Event:
         """The next event; raises ``trio.EndOfChannel`` once the group is left.

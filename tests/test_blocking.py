@@ -302,6 +302,35 @@ def test_small_queue_waits_and_loses_nothing(network: dict[str, Any]) -> None:
         assert not sender.is_alive()
 
 
+def test_a_unicast_waits_for_its_window_like_a_multicast(network: dict[str, Any]) -> None:
+    # b reads nothing at first: it stops acknowledging a's unicasts once its
+    # queues are full, a's unicast window (window_max 16) fills, and a's sends
+    # wait instead of raising WouldBlock; all arrive, in order, once b reads.
+    count = 60
+    with (
+        sgcs.blocking.open_node(make_config(network, "a", window_max=16)) as a,
+        sgcs.blocking.open_node(make_config(network, "b", app_queue=2)) as b,
+        a.join("g") as ga,
+        b.join("g") as gb,
+    ):
+        settle([ga, gb], 2)
+        with pytest.raises(sgcs.WouldBlock):
+            for index in range(count):
+                ga.send(b"probe", to=b.id, block=False)
+        probes = payloads(gb, index)
+        assert probes == [b"probe"] * index
+
+        def send_all() -> None:
+            for index in range(count):
+                ga.send(b"%d" % index, to=b.id)
+
+        sender = run_in_thread(send_all)
+        sender.join(1.0)  # b reads nothing meanwhile: the window fills and the sender waits
+        assert payloads(gb, count) == [b"%d" % index for index in range(count)]
+        sender.join(WAIT)
+        assert not sender.is_alive()
+
+
 def test_trace_directory(network: dict[str, Any], tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     run = tmp_path / "run"

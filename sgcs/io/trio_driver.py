@@ -304,6 +304,30 @@ class TrioDriver:
             else:
                 await trio.sleep_until(ready)
 
+    async def unicast(self, group: str, member: int, payload: bytes, block: bool = True) -> MessageId:
+        """Send ``payload`` to ``member`` reliably. While ``member`` has not
+        acknowledged ``window_max`` earlier unicasts, wait for the node to make
+        progress, as a multicast waits for its window; ``block=False`` raises
+        ``WouldBlock`` instead. Returns the message's id."""
+        sent: list[MessageId] = []
+
+        def send(now: float) -> list[Action]:
+            actions = self.node.unicast(group, member, payload, now)
+            assert self.node.last_sent is not None
+            sent.append(self.node.last_sent)
+            return actions
+
+        while True:
+            progress = self._progress
+            try:
+                await self.call(send)
+                return sent[0]
+            except WouldBlock:
+                if not block:
+                    raise
+            self._progress_wanted = True
+            await progress.wait()
+
     async def _send_now(self, command: Callable[[float], list[Action]]) -> None:
         """A send's node call. It yields to the other tasks only every
         ``SEND_YIELD_EVERY`` sends (or when it must wait): the sends made in

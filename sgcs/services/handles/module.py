@@ -70,9 +70,6 @@ from .claims import ClaimTable, Loss, PendingClaim
 CONTROL_PRIORITY = codes.PRIORITIES
 """Above every application priority: claims and answers never wait behind data."""
 
-UNICAST_RETRY = 0.005
-"""Seconds between tries of a unicast whose window is full."""
-
 NodeEventKind = Literal["joined", "left", "failed", "suspected", "busy"]
 LossReason = Literal["merge"]
 
@@ -381,19 +378,13 @@ class Module:
                 continue
             _, _, frame, to = heapq.heappop(self._heap)
             self._room.set()
-            while True:
-                try:
-                    await self.group.send(frame, to=to)
-                    self.statistics.sent += 1
-                except sgcs.WouldBlock:
-                    # a unicast window is full: sgcs raises even with block=True, so wait here
-                    await trio.sleep(UNICAST_RETRY)
-                    continue
-                except UsageError:
-                    if to is None:
-                        raise  # a multicast refused is a bug of ours, not the network's
-                    self.statistics.undeliverable += 1
-                break
+            try:
+                await self.group.send(frame, to=to)  # waits while a unicast window is full
+                self.statistics.sent += 1
+            except UsageError:
+                if to is None:
+                    raise  # a multicast refused is a bug of ours, not the network's
+                self.statistics.undeliverable += 1
 
     # ------------------------------------------------------------ receiving
 

@@ -52,9 +52,6 @@ from sgcs.errors import DecodeError, UsageError
 from . import wire
 from .store import DEFAULT_MAX_DEPTH, Forwarded, Message, QueueFull, QueueInfo, QueueStore, Transaction, Unbind, check_queue_name
 
-UNICAST_RETRY = 0.005
-"""Seconds between tries of a unicast whose window is full (sgcs raises WouldBlock)."""
-
 
 @dataclass
 class ManagerStatistics:
@@ -292,15 +289,10 @@ class QueueManager:
 
     async def _unicast(self, member: int, packet: wire.Packet) -> None:
         payload = wire.encode(packet)
-        while True:
-            try:
-                await self.group.send(payload, to=member)
-                return
-            except sgcs.WouldBlock:
-                await trio.sleep(UNICAST_RETRY)  # sgcs's unicast window is full even with block=True
-            except UsageError:
-                self.statistics.dropped_unicast += 1  # gone from the view: the retry logic resends
-                return
+        try:
+            await self.group.send(payload, to=member)  # waits while the unicast window is full
+        except UsageError:
+            self.statistics.dropped_unicast += 1  # gone from the view: the retry logic resends
 
     async def _events(self) -> None:
         async for event in self.group:
