@@ -59,6 +59,7 @@ import trio
 from . import api
 from .actions import MessageId
 from .api import Event, GroupHandle, NodeHandle, View
+from .io.signals import exit_on_sigterm
 from .config import Config, Order
 from .errors import SgcsError, UsageError
 from .io.trio_driver import DriverStatistics
@@ -176,6 +177,7 @@ class BlockingNode:
         self._stop, self._ready, self._lock = trio.Event(), threading.Event(), threading.Lock()
         self._closing = False
         self._failure: BaseException | None = None
+        self._restore_sigterm: Callable[[], None] | None = None
         self._bridges: set[_Bridge] = set()  # of the groups not left: close() or a failure ends them
         self._thread = threading.Thread(target=self._serve, name=f"sgcs-node-{config.name}", args=(config, trace))
 
@@ -318,6 +320,9 @@ class BlockingNode:
                 self._token.run_sync_soon(self._stop.set)
         self._join_thread()
         _open_nodes.discard(self)
+        if self._restore_sigterm is not None:
+            self._restore_sigterm()
+            self._restore_sigterm = None
         if self._failure is not None:
             raise self._failure
 
@@ -440,4 +445,7 @@ def open_node(config: Config, *, trace: Trace = None) -> BlockingNode:
         node._thread.join()
         raise node._failure
     _open_nodes.add(node)
+    # SIGTERM raises SystemExit(143) in the main thread: ``with`` blocks close
+    # their groups (LEAVE) and nodes; peers see this one leave, not fail
+    node._restore_sigterm = exit_on_sigterm()
     return node

@@ -48,6 +48,7 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from ..errors import SgcsError, UsageError
+from . import signals
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -102,6 +103,13 @@ class GuestRun:
         )
 
     async def _main(self) -> None:
+        signals.guest_runs += 1  # SIGTERM stays asyncio's business (``sgcs.io.signals``)
+        try:
+            await self._serve()
+        finally:
+            signals.guest_runs -= 1
+
+    async def _serve(self) -> None:
         with self._stop:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery

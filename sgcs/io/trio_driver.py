@@ -86,6 +86,7 @@ import errno
 import math
 import os
 import random
+import signal
 import socket
 import time
 import typing
@@ -117,6 +118,7 @@ from ..actions import (
 from ..config import Config, Order
 from ..errors import UsageError, WouldBlock
 from ..node import Node
+from .signals import EXIT_STATUS, sigterm_free
 from .event_queue import EventQueue
 from .recorder import FLUSH_EVERY, TraceRecorder
 from .sockets import Endpoint, NodeSockets, open_sockets, read_refusals
@@ -192,6 +194,8 @@ class TrioDriver:
         self._queues: dict[str, _GroupQueue] = {}
         self._nursery: trio.Nursery | None = None
         self._closed = False
+        self.terminated = False
+        """SIGTERM came while the node ran (``sgcs.io.signals``)."""
         self._send_errors: Counter[str] = Counter()
         self._receive_errors = 0
         self._discarded = 0
@@ -403,6 +407,20 @@ class TrioDriver:
         nursery.start_soon(self._timer_loop)
         if self.recorder is not None:
             nursery.start_soon(self._trace_loop, self.recorder)
+        if sigterm_free() and trio.lowlevel.current_root_task() is not None:
+            nursery.start_soon(self._sigterm_loop, nursery.cancel_scope)
+
+    async def _sigterm_loop(self, scope: trio.CancelScope) -> None:
+        """SIGTERM cancels the code inside ``open_node``: its groups say
+        goodbye, and ``open_driver`` ends the process with status 143."""
+        try:
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    self.terminated = True
+                    scope.cancel()
+                    return
+        except RuntimeError:
+            return  # not trio's main thread (a guest run under asyncio): SIGTERM stays the default
 
     def shut(self) -> None:
         """Refuse new calls and end every group's event stream."""
@@ -702,5 +720,7 @@ async def open_driver(config: Config, trace: str | os.PathLike[str] | None = Non
         sockets.close()
         if recorder is not None:
             recorder.close()
+    if driver.terminated:
+        raise SystemExit(EXIT_STATUS)
     if body_error is not None:
         raise body_error
