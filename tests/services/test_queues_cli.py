@@ -50,17 +50,67 @@ def test_put_get_ls_and_the_unbind_rules(tmp_path: Path, capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["put", "jobs", "x"], "queue 'jobs' is not bound"),
+    (["put", "jobs", "x"], "no queue store at"),
     (["put", "jobs", "x", "--priority", "10"], "--priority must be 0 to 9"),
-    (["get", "nope"], "queue 'nope' is not bound here"),
+    (["get", "nope"], "no queue store at"),
+    (["put", "jobs@b", "x"], "needs the group's secret"),
+    (["get", "jobs@b"], "needs the group's secret"),
+    (["purge"], "no queue store at"),
     (["put", "a@", "x"], "names no node after '@'"),
-    (["unbind", "jobs"], "not bound here"),
+    (["unbind", "jobs"], "no queue store at"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                           argv: list[str], message: str) -> None:
+                                           monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str) -> None:
+    monkeypatch.delenv("SGCS_SECRET", raising=False)
     assert queue(tmp_path / "q.db", *argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "q.db").exists(), "a command that failed left a store behind"
+
+
+def test_a_queue_not_bound_in_an_existing_store_is_one_line(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "q.db"
+    assert queue(store, "bind", "other") == 0
+    for argv, message in ((["put", "jobs", "x"], "queue 'jobs' is not bound"), (["unbind", "jobs"], "not bound here"),
+                          (["get", "jobs"], "not bound here")):
+        capsys.readouterr()
+        assert queue(store, *argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)
+
+
+def test_a_remote_put_that_fails_commits_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seven failed tries used to leave seven messages in the transmission queue."""
+    monkeypatch.delenv("SGCS_SECRET", raising=False)
+    store = tmp_path / "q.db"
+    assert queue(store, "bind", "local") == 0
+    for _ in range(3):
+        assert queue(store, "put", "jobs@b", "x") == 2
+    capsys.readouterr()
+    assert queue(store, "ls", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["forwarding"] == {}
+
+
+def test_options_may_follow_the_action(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "q.db"
+    assert main(["queue", "bind", "jobs", "--store", str(store)]) == 0
+    assert main(["queue", "ls", "--store", str(store), "--fsync", "off"]) == 0
+    assert "jobs" in capsys.readouterr().out
+    assert main(["queue", "--store", str(tmp_path / "other.db"), "ls", "--store", str(store)]) == 0
+
+
+def test_a_get_from_a_node_nobody_heard_fails_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    network = private_multicast()
+    monkeypatch.setenv("SGCS_SECRET", "cli test secret!")
+    toml = tmp_path / "node.toml"
+    toml.write_text(f'name = "cli"\nsecret = "cli test secret!"\nmulticast_group = "{network["multicast_group"]}"\n'
+                    f'multicast_port = {network["multicast_port"]}\nbeacon_interval = 0.1\n')
+    assert queue(tmp_path / "q.db", "get", "jobs@nobody", "--config", str(toml), "--timeout", "1") == 1
+    err = capsys.readouterr().err
+    assert "no queue manager named 'nobody'" in err and err.count("\n") == 1
 
 
 MANAGER = textwrap.dedent("""

@@ -27,12 +27,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 from pathlib import Path
 from typing import Callable
 
+from sgcs.config import Config
 from sgcs.errors import UsageError
 
 from .manager import QueueManager, split_target
 from .store import PRIORITIES, Message, QueueStore, Unbind
 
 DEFAULT_STORE = "sgcs-queues.db"
+SECRET_ENV = "SGCS_SECRET"
+"""The group secret of a remote operation without ``--config`` (as ``sgcs chat``)."""
 BULK = 1_000
 """Messages per commit in bulk puts."""
 
@@ -64,9 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     unbind.add_argument("queue")
     unbind.add_argument("--rule", choices=("highest", "lowest"), default="lowest",
                         help="highest: now, leaving messages dead; lowest: after draining (default)")
-    sub.add_parser("purge", help="the dead-message monitor, once: delete dead messages")
+    purge = sub.add_parser("purge", help="the dead-message monitor, once: delete dead messages")
+    for action in (put, get, ls, bind, unbind, purge):
+        # also after the action ("sgcs queue ls --store X"); SUPPRESS keeps a value given before it
+        action.add_argument("--store", default=argparse.SUPPRESS, metavar="PATH", help="as before the action")
+        action.add_argument("--fsync", default=argparse.SUPPRESS, choices=("full", "normal", "off"),
+                            help="as before the action")
     for action in (put, get):
-        action.add_argument("--config", metavar="TOML", help="sgcs Config for the node of a remote operation")
+        action.add_argument("--config", metavar="TOML",
+                            help=f"sgcs Config for the node of a remote operation (default: --name and ${SECRET_ENV})")
         action.add_argument("--name", default=f"cli-{os.getpid()}", help="this queue manager's name (remote)")
         action.add_argument("--timeout", type=float, default=30.0, metavar="S",
                             help="seconds a remote operation may take (default 30)")
@@ -82,6 +91,26 @@ def run(args: argparse.Namespace) -> int:
 
 def _open(args: argparse.Namespace) -> QueueStore:
     return QueueStore(args.store, fsync=args.fsync)
+
+
+def _existing(args: argparse.Namespace) -> QueueStore:
+    """The store, which must exist: a command that fails must not leave a new file behind."""
+    if not Path(args.store).exists():
+        raise UsageError(f"no queue store at {args.store}; give --store, or create one with "
+                         f"'sgcs queue bind QUEUE' or 'sgcs queue put QUEUE MESSAGE --bind'")
+    return _open(args)
+
+
+def _remote_config(args: argparse.Namespace) -> Config:
+    """The node's Config for a remote operation, checked before anything is
+    committed: ``--config``, else ``--name`` with the secret in ``$SGCS_SECRET``."""
+    if args.config:
+        return Config.from_toml(args.config)
+    secret = os.environ.get(SECRET_ENV)
+    if not secret:
+        raise UsageError(f"a remote operation needs the group's secret: --config TOML (with secret = ...) "
+                         f"or ${SECRET_ENV}")
+    return Config(name=args.name, secret=secret.encode())
 
 
 @contextmanager
@@ -114,8 +143,10 @@ def _put(args: argparse.Namespace) -> int:
     if type(args.priority) is not int or not 0 <= args.priority < PRIORITIES:
         raise UsageError(f"--priority must be 0 to {PRIORITIES - 1}, got {args.priority}")
     queue, node = split_target(args.target)
+    config = None if node is None else _remote_config(args)  # a bad one fails before anything is committed
     bodies = _bodies(args)
-    with _open(args) as store, _bar(len(bodies), f"put {args.target}", args.progress) as advance:
+    opened = _open(args) if node is not None or args.bind else _existing(args)
+    with opened as store, _bar(len(bodies), f"put {args.target}", args.progress) as advance:
         if node is None and args.bind and not store.is_bound(queue):
             store.bind(queue)
         for start in range(0, len(bodies), BULK):
@@ -125,17 +156,17 @@ def _put(args: argparse.Namespace) -> int:
             else:
                 store.enqueue_remote(node, queue, chunk)
             advance(start + len(chunk))
-    if node is not None:
-        return _forward_remote(args, node, len(bodies))
+    if node is not None and config is not None:
+        return _forward_remote(args, config, node, len(bodies))
     print(f"put {len(bodies)} messages to {queue} (priority {args.priority}) in {args.store}")
     return 0
 
 
-def _forward_remote(args: argparse.Namespace, node: str, total: int) -> int:
+def _forward_remote(args: argparse.Namespace, config: Config, node: str, total: int) -> int:
     import trio
 
     async def main() -> int:
-        async with _remote_manager(args) as manager:
+        async with _remote_manager(args, config) as manager:
             with _bar(total, f"forward to {node}", args.progress) as advance, trio.move_on_after(args.timeout):
                 while manager.store.xmit_count(node):
                     advance(total - manager.store.xmit_count(node))
@@ -151,12 +182,11 @@ def _forward_remote(args: argparse.Namespace, node: str, total: int) -> int:
     return trio.run(main)
 
 
-def _remote_manager(args: argparse.Namespace) -> AbstractAsyncContextManager[QueueManager]:
+def _remote_manager(args: argparse.Namespace, config: Config) -> AbstractAsyncContextManager[QueueManager]:
     import sgcs
 
     from .manager import open_queue_manager
 
-    config = sgcs.Config.from_toml(args.config) if args.config else sgcs.Config(name=args.name)
 
     @asynccontextmanager
     async def opened() -> AsyncIterator[QueueManager]:
@@ -180,9 +210,9 @@ def _get(args: argparse.Namespace) -> int:
         raise UsageError(f"--count must be positive, got {args.count}")
     queue, node = split_target(args.target)
     if node is not None:
-        return _get_remote(args, queue, node)
+        return _get_remote(args, _remote_config(args), node)
     got: list[Message] = []
-    with _open(args) as store, _bar(args.count, f"get {queue}", getattr(args, "progress", None)) as advance:
+    with _existing(args) as store, _bar(args.count, f"get {queue}", getattr(args, "progress", None)) as advance:
         while len(got) < args.count:
             if got and not store.is_bound(queue):
                 break  # a draining queue unbound itself when we took its last message
@@ -197,12 +227,15 @@ def _get(args: argparse.Namespace) -> int:
     return 0
 
 
-def _get_remote(args: argparse.Namespace, queue: str, node: str) -> int:
+def _get_remote(args: argparse.Namespace, config: Config, node: str) -> int:
     import trio
 
+    known = False
+
     async def main() -> list[Message]:
+        nonlocal known
         got: list[Message] = []
-        async with _remote_manager(args) as manager:
+        async with _remote_manager(args, config) as manager:
             with _bar(args.count, f"get {args.target}", args.progress) as advance, trio.move_on_after(args.timeout):
                 while len(got) < args.count:
                     batch = await manager.get_many(args.target, min(BULK, args.count - len(got)), timeout=1.0)
@@ -211,10 +244,15 @@ def _get_remote(args: argparse.Namespace, queue: str, node: str) -> int:
                     await (manager.release if args.no_ack else manager.ack)(batch)
                     got += batch
                     advance(len(got))
+            known = node in manager.known_nodes
             await trio.sleep(0.2)  # let the last ack out before leaving the group
         return got
 
     got = trio.run(main)
+    if not got and not known:
+        print(f"sgcs queue get: no queue manager named {node!r} was heard within {args.timeout:g} s",
+              file=sys.stderr)
+        return 1
     _print(got, args.quiet)
     print(f"got {len(got)} messages from {args.target}", file=sys.stderr)
     return 0
@@ -253,7 +291,7 @@ def _bind(args: argparse.Namespace) -> int:
 
 
 def _unbind(args: argparse.Namespace) -> int:
-    with _open(args) as store:
+    with _existing(args) as store:
         done = store.unbind(args.queue, Unbind(args.rule))
         info = store.info(args.queue)
     if done:
@@ -264,6 +302,6 @@ def _unbind(args: argparse.Namespace) -> int:
 
 
 def _purge(args: argparse.Namespace) -> int:
-    with _open(args) as store:
+    with _existing(args) as store:
         print(f"purged {store.purge_dead()} dead messages")
     return 0
