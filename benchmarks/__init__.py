@@ -1,1 +1,1 @@
-"""Measurement scripts over simulator traces and real runs (shared/DESIGN.md, "Testing habits")."""
+"""Measurement scripts over simulator traces and real runs (docs/architecture.md)."""

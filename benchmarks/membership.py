@@ -1,4 +1,4 @@
-"""Membership metrics of simulator runs (trace schema 1, shared/DESIGN.md).
+"""Membership metrics of simulator runs (trace schema 1, docs/traces.md).
 
 Usage::
 

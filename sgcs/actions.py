@@ -187,7 +187,7 @@ class GroupError:
 
 
 class TraceEvent(NamedTuple):
-    """One row of the trace (shared/DESIGN.md, trace schema 1).
+    """One row of the trace (docs/traces.md, trace schema 1).
 
     The driver adds ``t`` and ``node``. Fields that do not apply stay None.
     A named tuple, like ``Deliver``: a node traces every send and delivery,

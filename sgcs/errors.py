@@ -1,6 +1,6 @@
 """Exceptions that sgcs lets escape.
 
-Only two kinds exist (shared/DESIGN.md, "Errors"):
+Only two kinds exist (docs/architecture.md):
 
 * ``UsageError``: the local program misused the API or gave a bad value. The
   message says what to do, in one line.

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A ``Node`` is a plain state machine (shared/DESIGN.md, "The sans-I/O rule").
+A ``Node`` is a plain state machine (docs/architecture.md, "The sans-I/O rule").
 Its inputs are synchronous methods that take the current time: a datagram
 arriving (``handle_datagram``), a timer firing (``handle_timeout``), and the
 application's commands (``join``, ``leave``, ``multicast``, ``unicast``). Each

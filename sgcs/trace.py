@@ -1,4 +1,4 @@
-"""Trace writer: schema 1 (shared/DESIGN.md, "Trace format").
+"""Trace writer: schema 1 (docs/traces.md).
 
 Theory of operation
 -------------------

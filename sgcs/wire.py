@@ -1,5 +1,5 @@
 """Versioned, authenticated (optionally encrypted) binary wire format
-(shared/DESIGN.md, "Wire format").
+(docs/architecture.md).
 
 Theory of operation
 -------------------

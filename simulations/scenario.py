@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A scenario (shared/DESIGN.md, "Scenario files") names the seed, the number of
+A scenario (docs/scenarios.md) names the seed, the number of
 nodes, the simulated duration, the network model, protocol settings, the
 groups with their workload, and a list of timed faults. ``load_scenario``
 reads the TOML, applies command-line overrides (seed, nodes, duration) to the

@@ -1,4 +1,4 @@
-"""PySpark analysis of sgcs traces (trace schema 1, shared/DESIGN.md).
+"""PySpark analysis of sgcs traces (trace schema 1, docs/traces.md).
 
 Every job takes DataFrames with a ``run`` column and returns small ones, so one
 plan covers one run or hundreds:

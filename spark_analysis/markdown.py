@@ -76,7 +76,7 @@ def _reliability(runs: Runs, plots: dict[str, Any]) -> list[str]:
 def _invariants(runs: Runs) -> list[str]:
     keys = list(next(iter(runs.values()))["invariants"])
     rows = [[k] + [m["invariants"][k]["count"] for m in runs.values()] for k in keys]
-    text = ["## Invariants", "", "Violations of invariants 1 to 7 (shared/DESIGN.md); 3 is checked on total "
+    text = ["## Invariants", "", "Violations of invariants 1 to 7 (docs/guarantees.md); 3 is checked on total "
             "and safe groups, 4 on causal, total and safe ones.", ""]
     text += _table(["invariant"] + [_name(r) for r in runs], rows)
     for run, m in runs.items():

@@ -1,4 +1,4 @@
-"""Read trace directories (schema 1, shared/DESIGN.md "Trace format") into DataFrames.
+"""Read trace directories (schema 1, docs/traces.md) into DataFrames.
 
 Theory of operation
 -------------------

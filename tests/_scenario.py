@@ -1,7 +1,7 @@
 """Scenario files for the simulator tests, written from a few fields.
 
 ``write_scenario(path, nodes=16, faults=[...])`` writes a scenario TOML file
-(the format of shared/DESIGN.md) from ``DEFAULT`` with the given top-level
+(the format of docs/scenarios.md) from ``DEFAULT`` with the given top-level
 fields replaced (None leaves a field out), so a test states only what matters
 to it; the file gives the run a replay command
 (``Scenario.replay_command``). The ``scenario_file`` fixture of

@@ -6,7 +6,7 @@ bridge ``br0`` in the switch namespace, and per host a veth pair with its
 host end ``eth0`` (address ``10.213.0.1`` to ``.3``/24, a route for
 224.0.0.0/4) and its switch end ``p<i>`` on the bridge. Everything lives in
 namespaces the test created: the machine's own interfaces, routes and
-addresses are untouched, and nothing can leave the bridge (DESIGN.md's
+addresses are untouched, and nothing can leave the bridge (the project's
 network rule). Leaving the context kills whatever still runs in the
 namespaces (only processes the test started can be there) and deletes them,
 which also deletes the bridge and the veth pairs, whether the test passed or

@@ -76,3 +76,16 @@ def test_version_and_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert f"sgcs {sgcs.__version__}" in out
     assert all(name in out for name, _, _ in COMMANDS)
+
+
+def test_the_product_documents_its_own_contracts() -> None:
+    """Scenario format, trace schema, invariants and wire live in docs/: nothing
+    in the product or its docs sends a reader outside the repository."""
+    root = Path(__file__).resolve().parent.parent
+    files = [root / "README.md", *(root / "docs").glob("*.md")]
+    for package in ("sgcs", "simulations", "spark_analysis"):
+        files += (root / package).rglob("*.py")
+    citing = [str(f.relative_to(root)) for f in files if "DESIGN.md" in f.read_text() or "../shared" in f.read_text()]
+    assert citing == [], citing
+    for contract in ("scenarios.md", "traces.md", "guarantees.md", "architecture.md", "view-change.md"):
+        assert (root / "docs" / contract).exists(), contract

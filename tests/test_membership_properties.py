@@ -8,7 +8,7 @@ delivers it (in any order, maybe twice), drops it, or lets the whole network
 run lossless for a while; the clock moves only when a rule says so.
 
 After every step the trace so far must satisfy invariants 1, 2, 5 and 7
-(shared/DESIGN.md, "Trace format"), checked incrementally by ``Cluster``; no
+(docs/traces.md), checked incrementally by ``Cluster``; no
 exception may escape a node. At the end the faults stop, every pause ends,
 the network becomes lossless, and every live node must install one and the
 same view holding exactly the live nodes, in which they delivered the same

@@ -1,4 +1,4 @@
-"""The sans-I/O rule (shared/DESIGN.md): protocol code imports no I/O, no clock
+"""The sans-I/O rule (docs/architecture.md): protocol code imports no I/O, no clock
 and no global randomness, so the simulator and the trio driver run the same
 code and a seed replays a run exactly."""
 
