@@ -24,7 +24,7 @@ Scenarios (each from one source):
 * ``sender_ids``: valid records, each datagram from a different sender id.
 * ``hello_ids``: join requests (HELLO), each from a different sender id.
 
-The documented cap (README, "Limits and what happens at each") is
+The documented cap (docs/limits.md) is
 ``MEMORY_CAP_MB`` at the default ``Config``; ``cap_bytes`` gives the formula
 for others. Run: ``python -m benchmarks.flood [--count N] [--scenario NAME]``.
 """

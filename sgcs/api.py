@@ -67,7 +67,7 @@ def _load_numpy_without_blas_threads() -> None:
     process about 0.1 s of CPU while it starts: 8 members starting together
     on 2 cores formed their view 60 ms later for it. A program that loaded
     numpy first, or set ``OPENBLAS_NUM_THREADS`` itself, keeps its own choice
-    (README, "Start-up")."""
+    (docs/membership.md, "Concurrent start-up")."""
     if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
         return
     os.environ["OPENBLAS_NUM_THREADS"] = "1"

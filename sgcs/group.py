@@ -22,7 +22,7 @@ the cut, and it reports what happened as typed events, in order. Members
 new to our view start their streams after the cut. No record past a
 snapshot becomes stable during a change, since a newcomer may still need it.
 
-Caps (README, "Limits"): the view holds at most ``max_members`` members
+Caps (docs/limits.md): the view holds at most ``max_members`` members
 (``agreement``); members refused for another order are remembered up to
 ``MAX_REJECTED``, oldest forgotten first; ``incarnations`` and ``joined_at``
 only keep members of the view (and a few recent strangers); messages held

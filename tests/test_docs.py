@@ -1,6 +1,7 @@
-"""The README stays true: its quick-start program runs, its configuration table
-lists every ``sgcs.Config`` field, and every command has ``--help`` and a
-place in the "Command line" section."""
+"""The documents stay true: the README's quick-start program runs, the
+configuration table (docs/configuration.md) lists every ``sgcs.Config`` field,
+every command has ``--help`` and a place in docs/cli.md, and the README stays
+short enough to read."""
 
 from __future__ import annotations
 
@@ -51,12 +52,28 @@ def test_quick_start_program_runs_and_delivers_its_own_message() -> None:
         process.wait()
 
 
+def _doc(name: str) -> str:
+    return (ROOT / "docs" / name).read_text()
+
+
+def test_the_readme_is_short_with_the_quick_start_near_the_top() -> None:
+    lines = README.splitlines()
+    assert len(lines) <= 350, f"README has {len(lines)} lines; details belong in docs/"
+    assert lines.index("## Quick start") < 80
+    assert not re.search(r"\b(issue|session) \d+", README, re.I)
+
+
+def test_every_document_the_readme_links_exists() -> None:
+    links = re.findall(r"\]\(([^)#]+\.md)\)", README)
+    assert links and [link for link in links if not (ROOT / link).exists()] == []
+
+
 def test_configuration_table_lists_every_config_field() -> None:
-    table = _section("Configuration")
+    table = _doc("configuration.md")
     documented = set(re.findall(r"^\|[^|]*", table, re.M))
     names = {name for row in documented for name in re.findall(r"`([a-z_]+)`", row)}
     missing = [f.name for f in dataclasses.fields(sgcs.Config) if f.name not in names]
-    assert missing == [], f"README's configuration table lacks {missing}"
+    assert missing == [], f"docs/configuration.md's table lacks {missing}"
 
 
 @pytest.mark.parametrize("command", [name for name, _, _ in COMMANDS])
@@ -65,7 +82,7 @@ def test_every_command_has_help_and_a_readme_entry(command: str, capsys: pytest.
         main([command, "--help"])
     assert exit_info.value.code == 0
     assert f"sgcs {command}" in capsys.readouterr().out
-    assert f"sgcs {command}" in _section("Command line"), f"README's command line section lacks sgcs {command}"
+    assert f"sgcs {command}" in _doc("cli.md"), f"docs/cli.md lacks sgcs {command}"
 
 
 def test_version_and_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:

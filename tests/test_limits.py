@@ -1,4 +1,4 @@
-"""Every cap of README's "Limits and what happens at each" table: drive the
+"""Every cap of the table in docs/limits.md: drive the
 state machine past the cap, then check the policy (what is kept, what is
 dropped or refused) and the counter that reports it. A short flood of each
 kind from benchmarks/flood.py checks that the heap stays bounded."""

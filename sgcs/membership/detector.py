@@ -490,7 +490,7 @@ class FailureDetector:
         dimensions = math.ceil(math.log2(n))
         # the dimension follows our own rounds: members share no clock, so
         # they are out of phase and a member may get several heartbeats in a
-        # round and none in the next (README, "Clocks")
+        # round and none in the next (docs/membership.md, "Clocks")
         r = (self._round - 1) % dimensions + 1
         target = int(self.ids[(me + (1 << (r - 1))) % n])
         self._counts["sent"] += 1
