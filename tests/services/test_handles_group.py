@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,7 @@ async def test_exclusive_receive_across_two_processes_and_kill_frees_it() -> Non
             with trio.fail_after(WAIT):
                 with pytest.raises(ExclusiveRefused, match=f"held by member {holder}"):
                     await me.receive_exclusive(500)
+            killed_at = time.time()
             os.kill(peer.pid, signal.SIGKILL)
             with trio.fail_after(WAIT):
                 while True:
@@ -180,6 +182,7 @@ async def test_exclusive_receive_across_two_processes_and_kill_frees_it() -> Non
                         break
                 handle = await me.receive_exclusive(500)
             assert handle.exclusive is not None
+            assert killed_at <= event.at <= time.time(), "NodeEvent.at is wall-clock time"
         finally:
             peer.kill()
             peer.wait(timeout=10)

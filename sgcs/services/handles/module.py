@@ -114,7 +114,9 @@ class NodeEvent:
     kind: NodeEventKind
     node: int
     at: float
-    """``trio.current_time()`` when this module learnt it."""
+    """Wall-clock time (``time.time()``, seconds since the epoch) when this
+    module learnt it: comparable between processes up to their hosts' clock
+    skew (trio's clock starts at a random origin in each process)."""
 
 
 HandleEvent = Union[Data, NodeEvent]
@@ -433,7 +435,7 @@ class Module:
                 await self._signal(kind, node)  # type: ignore[arg-type]
 
     async def _signal(self, kind: NodeEventKind, node: int) -> None:
-        event = NodeEvent(kind, node, trio.current_time())
+        event = NodeEvent(kind, node, time.time())
         for handle in list(self._handles):
             if handle.liveness and not handle.closed:
                 await handle._send.send(event)
