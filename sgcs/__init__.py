@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .api import (
         Delivery,
         Event,
+        GroupClosed,
         GroupHandle,
         MemberBusy,
         MemberSuspected,
@@ -46,6 +47,7 @@ __all__ = [
     "DecodeError",
     "Delivery",
     "Event",
+    "GroupClosed",
     "GroupHandle",
     "MemberBusy",
     "MemberSuspected",
@@ -71,6 +73,7 @@ _API_NAMES = frozenset(
     {
         "Delivery",
         "Event",
+        "GroupClosed",
         "GroupHandle",
         "MemberBusy",
         "MemberSuspected",

@@ -83,6 +83,7 @@ from . import actions  # noqa: E402
 from .actions import Delivery, GroupError, MessageId, NotDelivered, TransitionalView, ViewInstalled
 from .config import Config, Order
 from .errors import UsageError
+from .io.ended import GroupClosed
 from .io.event_queue import EventQueue
 from .io.trio_driver import AppEvent, DriverStatistics, TrioDriver, open_driver
 from .node import NodeStatistics
@@ -298,7 +299,7 @@ class GroupHandle:
         return await self._driver.unicast(self._name, to, payload, block=block)
 
     async def receive(self) -> Event:
-        """The next event; raises ``trio.EndOfChannel`` once the group is left.
+        """The next event; raises ``sgcs.GroupClosed`` (a ``trio.EndOfChannel``) once the group is left.
 
         Always a cancellation point; a scheduling point when it waits, and at
         least every ``RECEIVE_YIELD_EVERY`` events otherwise (yielding per
@@ -316,7 +317,7 @@ class GroupHandle:
             self._unyielded = 0
             return _event_of(await self._receive.get())
         except trio.ClosedResourceError:
-            raise trio.EndOfChannel from None
+            raise GroupClosed(f"group {self._name!r} was left or its node closed") from None
 
     async def receive_many(self, max_events: int | None = None) -> list[Event]:
         """The next events, at least one: waits for the first, then takes every
@@ -459,7 +460,7 @@ class _AsyncioGroupHandle(GroupHandle):
 
     async def receive(self) -> Event:
         if self._left:
-            raise trio.EndOfChannel
+            raise GroupClosed(f"group {self._name!r} was left")
         self._unyielded += 1
         if self._unyielded >= RECEIVE_YIELD_EVERY:  # let other asyncio tasks run, as trio's receive does
             self._unyielded = 0
@@ -471,7 +472,7 @@ class _AsyncioGroupHandle(GroupHandle):
         if max_events is not None and max_events < 1:
             raise UsageError(f"max_events must be at least 1, got {max_events}")
         if self._left:
-            raise trio.EndOfChannel
+            raise GroupClosed(f"group {self._name!r} was left")
         return await self._bridge.get_many(RECEIVE_MANY_MAX if max_events is None else max_events)
 
     async def leave(self) -> None:

@@ -59,9 +59,10 @@ import trio
 from . import api
 from .actions import MessageId
 from .api import Event, GroupHandle, NodeHandle, View
+from .io.ended import GroupClosed
 from .io.signals import exit_on_sigterm
 from .config import Config, Order
-from .errors import SgcsError, UsageError
+from .errors import UsageError
 from .io.trio_driver import DriverStatistics
 from .node import NodeStatistics
 
@@ -71,12 +72,6 @@ T = TypeVar("T")
 Trace = str | os.PathLike[str] | None
 Members = tuple[int, ...] | None
 _CLOSED = "this sgcs node is closed; open a new one with sgcs.blocking.open_node"
-
-
-class GroupClosed(SgcsError):
-    """The group's event stream ended: it was left, or its node closed.
-
-    Not a misuse; the blocking counterpart of ``trio.EndOfChannel``."""
 
 
 class _Bridge:

@@ -49,6 +49,7 @@ import trio
 
 from ..errors import SgcsError, UsageError
 from . import signals
+from .ended import GroupClosed
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -269,12 +270,12 @@ class EventBridge(Generic[E]):
     # ------------------------------------------------------------------ asyncio side
 
     async def get_many(self, limit: int) -> list[E]:
-        """At least one event, at most ``limit``; ``trio.EndOfChannel`` at the end."""
+        """At least one event, at most ``limit``; ``GroupClosed`` at the end."""
         while not self._items:
             if self._error is not None:
                 raise self._error
             if self._ended:
-                raise trio.EndOfChannel
+                raise GroupClosed("the group was left or its node closed")
             self._reader = asyncio.get_running_loop().create_future()
             await self._reader
         items = self._items
