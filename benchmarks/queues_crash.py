@@ -144,6 +144,8 @@ async def run_churn(args: argparse.Namespace) -> None:
                     await manager.get("nothing@m", timeout=1.0)
                 except sgcs.UsageError:
                     pass  # "not bound at node m": the answer we expect
+                except TimeoutError:
+                    pass  # m is restarting: nobody answered
                 await trio.sleep(0.5)
     print(json.dumps({"role": "churn", "event": "done"}), flush=True)
 

@@ -115,15 +115,16 @@ async def test_long_poll_and_missing_queue(tmp_path: Path) -> None:
             assert not result  # parked at b
             await b.put("q", b"late", 4)
         (message,) = result
-        assert message is not None and (message.body, message.priority) == (b"late", 4)
+        assert (message.body, message.priority) == (b"late", 4)
         await a.release([message])  # given back: ready again at once
         again = await a.get("q@b", timeout=5)
-        assert again is not None and again.msg_id == message.msg_id and again.deliveries == 2
+        assert again.msg_id == message.msg_id and again.deliveries == 2
         await a.ack([again])
-        assert await a.get("q@b", timeout=0.2) is None
+        with pytest.raises(TimeoutError):
+            await a.get("q@b", timeout=0.2)
         await b.put("q", b"now", 1)
         ready = await a.get("q@b", timeout=0)  # timeout 0 still asks once
-        assert ready is not None and ready.body == b"now"
+        assert ready.body == b"now"
 
 
 async def test_a_consumer_that_leaves_without_ack_gets_its_messages_redelivered(tmp_path: Path) -> None:

@@ -188,10 +188,14 @@ class QueueManager:
 
     # ------------------------------------------------------------ receive
 
-    async def get(self, target: str, *, timeout: float | None = None, lease: float = 30.0) -> Message | None:
-        """Receive one message (highest priority first), or None after ``timeout``."""
+    async def get(self, target: str, *, timeout: float | None = None, lease: float = 30.0) -> Message:
+        """Receive one message (highest priority first); raises ``TimeoutError``
+        when none came within ``timeout`` seconds (None: wait for ever), as the
+        blocking facade's ``receive`` does. ``get_many`` returns [] instead."""
         got = await self.get_many(target, 1, timeout=timeout, lease=lease)
-        return got[0] if got else None
+        if not got:
+            raise TimeoutError(f"no message from {target!r} within {timeout} s")
+        return got[0]
 
     async def get_many(self, target: str, count: int, *, timeout: float | None = None,
                        lease: float = 30.0) -> list[Message]:
