@@ -33,6 +33,7 @@ import trio
 import sgcs
 from sgcs.errors import UsageError
 
+from ..tasks import background
 from .collapse import Key, Row
 from .engine import Deliver, FlowEngine, FlowStatistics, LocalSubscription, Multicast, Output, Persist, Phase, Ready, \
     Unicast
@@ -220,7 +221,7 @@ async def open_flows(node: sgcs.NodeHandle, graph: FlowGraph, *, name: str | Non
             for group_name in sorted(engine.groups):
                 handle = await stack.enter_async_context(node.join(group_name, order=engine.order_of(group_name)))
                 service._groups[group_name] = handle
-            nursery = await stack.enter_async_context(trio.open_nursery())
+            nursery = await stack.enter_async_context(background())
             for group_name, handle in service._groups.items():
                 nursery.start_soon(service._receive_loop, group_name, handle)
             nursery.start_soon(service._transmit_loop)

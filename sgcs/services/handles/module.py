@@ -64,6 +64,7 @@ import trio
 import sgcs
 from sgcs.errors import DecodeError, UsageError
 
+from ..tasks import background
 from . import tcd as codes
 from .claims import ClaimTable, Loss, PendingClaim
 
@@ -530,7 +531,7 @@ async def attach(node: sgcs.NodeHandle, field: str, *, queue_size: int = 1_024,
         raise UsageError("queue_size and send_queue must be positive ints")
     if not callable(clock):
         raise UsageError(f"clock must be a function returning seconds, got {clock!r}")
-    async with node.join(field, order=sgcs.Order.TOTAL) as group, trio.open_nursery() as nursery:
+    async with node.join(field, order=sgcs.Order.TOTAL) as group, background() as nursery:
         module = Module(group, queue_size=queue_size, send_queue=send_queue, clock=clock)
         nursery.start_soon(module._dispatch)
         nursery.start_soon(module._send_loop)

@@ -37,6 +37,7 @@ import trio
 import sgcs
 from sgcs.errors import DecodeError, UsageError
 
+from ..tasks import background
 from .messages import Mail, MIState, decode_envelope_untrusted, home_of, make_name, pack_envelopes
 from .postoffice import PostOffice, Send, Settings
 from .store import Store
@@ -288,7 +289,7 @@ async def open_post_office(domain: int, config: sgcs.Config, path: str | os.Path
         incarnation = store.next_incarnation()
         po = PostOffice.restore(domain, store.load(), trio.current_time(), settings, incarnation)
         async with sgcs.open_node(config) as node, node.join(f"mailboxes:{system}") as group:
-            async with trio.open_nursery() as nursery:
+            async with background() as nursery:
                 service = PostOfficeService(domain, group, store, po, incarnation, faults or Faults(), nursery)
                 nursery.start_soon(service._receive_loop)
                 nursery.start_soon(service._transmit_loop)

@@ -49,6 +49,7 @@ import trio
 import sgcs
 from sgcs.errors import DecodeError, UsageError
 
+from ..tasks import background
 from . import wire
 from .store import DEFAULT_MAX_DEPTH, Forwarded, Message, QueueFull, QueueInfo, QueueStore, Transaction, Unbind, check_queue_name
 
@@ -501,7 +502,7 @@ async def open_queue_manager(node: sgcs.NodeHandle, name: str, *, path: str | os
     store = QueueStore(path if path is not None else ":memory:", fsync=fsync, audit=audit, max_depth=max_depth)
     manager: QueueManager | None = None
     try:
-        async with node.join(group, order=sgcs.Order.FIFO) as handle, trio.open_nursery() as nursery:
+        async with node.join(group, order=sgcs.Order.FIFO) as handle, background() as nursery:
             manager = QueueManager(handle, name, store, forward_window=forward_window, retry=retry,
                                    max_parked=max_parked, dead_purge_interval=dead_purge_interval)
             manager._nursery = nursery

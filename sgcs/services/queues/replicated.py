@@ -49,6 +49,7 @@ import trio
 import sgcs
 from sgcs.errors import DecodeError, UsageError
 
+from ..tasks import background
 from .store import MAX_BODY, PRIORITIES, Message, QueueStore, check_body, check_priority, check_queue_name
 
 PUT, GET, ACK, RELEASE = 1, 2, 3, 4
@@ -248,7 +249,7 @@ async def open_replicated_queue(node: sgcs.NodeHandle, name: str, *,
         raise UsageError(f"dedup_window must be a positive int, got {dedup_window!r}")
     queue: ReplicatedQueue | None = None
     try:
-        async with node.join(f"sgcs.rq.{name}", order=sgcs.Order.SAFE) as group, trio.open_nursery() as nursery:
+        async with node.join(f"sgcs.rq.{name}", order=sgcs.Order.SAFE) as group, background() as nursery:
             queue = ReplicatedQueue(group, name, dedup_window=dedup_window)
             queue._nursery = nursery
             nursery.start_soon(queue._run)
