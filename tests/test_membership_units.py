@@ -1076,3 +1076,27 @@ def test_views_made_by_another_incarnation_have_other_names() -> None:
     (theirs,) = member.on_commit(1, body(commit), incarnation=4)
     assert isinstance(mine, Commit) and isinstance(theirs, Commit)
     assert mine.view == theirs.view == View.of(body(propose).epoch, (1, 2), 4)
+
+
+def test_a_joiner_is_proposed_above_the_highest_epoch_heard_for_it() -> None:
+    """3 is alone at epoch 2, but 2's stale beacon still lists it in (2, 3) at
+    epoch 1. 1 must propose above 2, or 3 never answers (it answers only higher
+    epochs): randomized total-order machine, explore.py seed 827980483, where
+    1 proposed at epoch 2 for 291 attempts and nobody converged."""
+    va = agreements({1})
+    (first,) = ctl(va[1].merge_with({3: 2}, 3, 0.0), MsgType.PROPOSE)
+    assert body(first).epoch == 3
+    va[1].merge_with({2: 1, 3: 1}, 2, 0.1)  # 2's beacon, with 3 at its old epoch
+    assert va[1].joiners == {2: 1, 3: 2}, "the highest epoch heard for 3 stays"
+    va[1].on_timeout(TIMEOUT)  # 2 and 3 silent: dropped, then merged again
+    va[1].merge_with({2: 1, 3: 1}, 2, TIMEOUT + 0.1)
+    va[1].merge_with({3: 2}, 3, TIMEOUT + 0.2)
+    assert va[1].coordination is not None and va[1].coordination.proposal.epoch > 2
+
+
+def test_an_open_proposal_a_joiner_outgrew_is_made_again_higher() -> None:
+    va = agreements({1})
+    (first,) = ctl(va[1].merge_with({3: 1}, 3, 0.0), MsgType.PROPOSE)
+    assert body(first).epoch == 2
+    (higher,) = ctl(va[1].merge_with({3: 2}, 3, 0.1), MsgType.PROPOSE)  # 3 installed a view of epoch 2 meanwhile
+    assert body(higher).epoch == 3 and members_of(body(higher)) == (1, 3)

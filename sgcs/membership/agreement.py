@@ -458,7 +458,11 @@ class ViewAgreement:
             if member in self.restarted:
                 continue  # its new self merges once a view without the old one is installed
             if member in self.joiners or member in self.view and member not in self.failed:
-                self.joiners[member] = members[member]
+                # the highest epoch heard: a view-mate's stale beacon may list
+                # it at an older one (randomized total-order machine, explore.py
+                # seed 827980483: proposals at an epoch the joiner had passed,
+                # which it never answers, 291 attempts long)
+                self.joiners[member] = max(members[member], self.joiners.get(member, 0))
             elif room > 0:
                 self.joiners[member] = members[member]
                 room -= 1
@@ -518,7 +522,7 @@ class ViewAgreement:
             return []
         wanted = tuple(sorted(self.wanted()))
         current = self.coordination.proposal.members if self.coordination else self.view.members
-        if wanted == current and not (self.diverged and self.coordination is None):
+        if wanted == current and not (self.diverged and self.coordination is None) and not self._outgrown():
             self._deferred_since = None
             return []
         if self.suspected & set(wanted) - {self.me}:
@@ -529,6 +533,13 @@ class ViewAgreement:
                 return []
         self._deferred_since = self._reconsider_at = None
         return self._propose(wanted, now)
+
+    def _outgrown(self) -> bool:
+        """A joiner of our open proposal is in a view of its epoch or later:
+        it will never answer it (only higher epochs are answered)."""
+        coordination = self.coordination
+        return coordination is not None and coordination.commit is None and \
+            any(self.joiners.get(m, -1) >= coordination.proposal.epoch for m in coordination.proposal.members)
 
     def _propose(self, members: tuple[int, ...], now: float, min_epoch: int = 0) -> list[AgreementOut]:
         """Each epoch has proposals of one origin per member (``on_propose``
