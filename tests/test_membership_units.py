@@ -1100,3 +1100,21 @@ def test_an_open_proposal_a_joiner_outgrew_is_made_again_higher() -> None:
     assert body(first).epoch == 2
     (higher,) = ctl(va[1].merge_with({3: 2}, 3, 0.1), MsgType.PROPOSE)  # 3 installed a view of epoch 2 meanwhile
     assert body(higher).epoch == 3 and members_of(body(higher)) == (1, 3)
+
+
+def test_an_answer_to_a_former_incarnations_proposal_is_not_an_answer() -> None:
+    """2 restarted (incarnation 3) and proposes (2, 3) at epoch 1, attempt 1,
+    as its former self did; a delayed FLUSH that answered the former self
+    must not count as 3's answer (explore.py, pure sources, seed 3587391067:
+    the commit carried 3's old lineage, its new incarnation installed itself
+    as a member from another view, and its last multicast had no outcome)."""
+    coordinator = ViewAgreement(2, {2}, VIEW, 0.0, TAG, incarnation=3)
+    (proposal,) = ctl(coordinator.merge_with({3: 0}, 3, 0.0), MsgType.PROPOSE)
+    p = body(proposal)
+    coordinator.on_flush(2, Flush(TAG, p.epoch, p.attempt, 0, 0, (), 0, coordinator_incarnation=3), 0.0)
+    stale = Flush(TAG, p.epoch, p.attempt, 0, 0, (), 0, coordinator_incarnation=2)
+    assert coordinator.on_flush(3, stale, 0.1) == [], "an answer to incarnation 2's proposal"
+    member = ViewAgreement(3, {3}, VIEW, 0.0, TAG, incarnation=2)
+    (answer,) = ctl(member.on_propose(2, p, (0, {}), 0.1, incarnation=3), MsgType.FLUSH)
+    assert body(answer).coordinator_incarnation == 3
+    assert ctl(coordinator.on_flush(3, body(answer), 0.2), MsgType.COMMIT), "its own answer commits"

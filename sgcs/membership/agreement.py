@@ -638,7 +638,8 @@ class ViewAgreement:
         assert answer is not None
         answer.deferred = (src, msg, incarnation)
         accepted = answer.proposal
-        body = encode(Flush(self.tag, accepted.epoch, accepted.attempt, 0, 0, (), 0, preempt=True))
+        body = encode(Flush(self.tag, accepted.epoch, accepted.attempt, 0, 0, (), 0, preempt=True,
+                            coordinator_incarnation=accepted.incarnation))
         return [CtlSend(accepted.coordinator, MsgType.FLUSH, body)]
 
     def take_deferred(self) -> tuple[int, Propose, int | None] | None:
@@ -731,11 +732,13 @@ class ViewAgreement:
             rollback, withdraw = max(rollback, offered), withdraw or offered_withdraw
         answer.offered = (rollback, withdraw)
         body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, own, rollback, tuple(sorted(vector.items())),
-                            lineage(self.view, self.previous), tuple(sorted(delivered.items())), withdraw))
+                            lineage(self.view, self.previous), tuple(sorted(delivered.items())), withdraw,
+                            coordinator_incarnation=proposal.incarnation))
         return CtlSend(coordinator, MsgType.FLUSH, body)
 
     def _refusal(self, coordinator: int, proposal: _Proposal) -> CtlSend:
-        body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, 0, 0, (), 0, refuse=True))
+        body = encode(Flush(self.tag, proposal.epoch, proposal.attempt, 0, 0, (), 0, refuse=True,
+                            coordinator_incarnation=proposal.incarnation))
         return CtlSend(coordinator, MsgType.FLUSH, body)
 
     def _incarnation_of(self, src: int, incarnation: int | None) -> int:
@@ -837,6 +840,8 @@ class ViewAgreement:
     # ------------------------------------------------------------------ coordinator
 
     def on_flush(self, src: int, msg: Flush, now: float) -> list[AgreementOut]:
+        if msg.coordinator_incarnation not in (None, self.incarnation):
+            return []  # it answers a proposal of a former incarnation of ours
         coordination = self.coordination
         if msg.preempt and self._aborted_already(_Proposal(msg.epoch, msg.attempt, self.me, (), self.incarnation)):
             # a member still bound to a proposal we gave up: our abort was lost

@@ -100,21 +100,31 @@ class Flush:
     a higher one of another coordinator. It stays bound to this one until
     the coordinator commits it or gives it up (``agreement.ViewAgreement.bound``)."""
 
+    coordinator_incarnation: int | None = None
+    """The incarnation of the coordinator whose proposal this answers: a
+    restarted coordinator numbers its proposals afresh, and must not take an
+    answer to its former self's proposal of the same epoch and attempt for
+    one to its own (explore.py, seed 3587391067: a member's multicast ended
+    without an outcome). None: not said (an older sender)."""
+
     def to_control(self) -> Control:
-        # the flags ride as a second pair (1, bits) of the lineage list, absent when none is set
+        # the lineage list holds (0, lineage), then (1, flags) when any is set
+        # and (2, the coordinator's incarnation) when known
         bits = self.withdraw | self.refuse << 1 | self.preempt << 2
-        lineage = ((0, self.lineage), (1, bits)) if bits else ((0, self.lineage),)
+        lineage: Pairs = ((0, self.lineage),) + (((1, bits),) if bits else ()) + \
+            (((2, self.coordinator_incarnation),) if self.coordinator_incarnation is not None else ())
         lists = (self.vector, lineage) + ((self.delivered,) if self.delivered else ())
         return Control(self.group_tag, self.epoch, self.attempt, self.own, self.rollback, lists)
 
     @classmethod
     def from_control(cls, c: Control) -> Flush:
         _lists(c, 1, 3, "flush")
-        lineage = c.lists[1][0][1] if len(c.lists) > 1 and c.lists[1] else 0
-        bits = c.lists[1][1][1] if len(c.lists) > 1 and len(c.lists[1]) > 1 and c.lists[1][1][0] == 1 else 0
+        pairs = dict(c.lists[1]) if len(c.lists) > 1 else {}
+        lineage = pairs.get(0, 0)
+        bits = pairs.get(1, 0)
         delivered = c.lists[2] if len(c.lists) > 2 else ()
         return cls(c.group_tag, c.epoch, c.attempt, c.a, c.b, c.lists[0], lineage, delivered, bool(bits & 1),
-                   bool(bits & 2), bool(bits & 4))
+                   bool(bits & 2), bool(bits & 4), pairs.get(2))
 
 
 @dataclass(frozen=True, slots=True)
