@@ -20,6 +20,7 @@ import argparse
 import ast
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -35,12 +36,21 @@ _FIGURES = re.compile(r"views installed by only some of their live members: (\[.
 
 
 def run_once(kind: str, keep: Path | None = None) -> tuple[bool, list[tuple[list[str], dict[str, int]]], str]:
+    """One pytest process. With ``keep`` (a file path), a run that fails or
+    installs a partial view leaves its output there and its traces beside it
+    (``keep`` without the suffix), for the trace checker to read again."""
+    base = None if keep is None else keep.with_suffix("")
     command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *KINDS[kind]]
+    if base is not None:
+        command.append(f"--basetemp={base}")
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ), timeout=900)
-    if keep is not None and done.returncode != 0:
-        keep.write_text(done.stdout + done.stderr)
     figures = [(ast.literal_eval(partial), ast.literal_eval(found)) for partial, found in
                _FIGURES.findall(done.stdout)]
+    if keep is not None and base is not None:
+        if done.returncode != 0 or any(partial for partial, _ in figures):
+            keep.write_text(done.stdout + done.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     tail = "\n".join(done.stdout.strip().splitlines()[-3:])
     return done.returncode == 0, figures, tail
 
@@ -49,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kind", choices=sorted(KINDS), default="loopback")
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--keep", type=Path, default=None, help="folder for the whole output of failing runs")
+    parser.add_argument("--keep", type=Path, default=None, help="folder for the output and traces of runs that fail or install a partial view")
     args = parser.parse_args(argv)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)

@@ -313,3 +313,27 @@ def test_a_lone_keeper_starts_from_its_stored_rows_plus_what_it_buffered() -> No
     assert counts.phase is Phase.BUFFERING
     bus.run(1, keeper.tick(1.0))
     assert counts.phase is Phase.LIVE and keeper.rows(counts.sub_id) == {("A",): (8, 2.0), ("B",): (1, 3.0)}
+
+
+def test_a_keeper_serves_its_own_members_subscriptions() -> None:
+    """A subscription on a keeper's own member needs no other keeper: one made
+    while the keeper copy waits goes LIVE with it, one made later at once, and
+    both then follow the stream like the keeper copy."""
+    bus = Bus()
+    keeper = FlowEngine(GRAPH, "keeper", 1, keeper=True)
+    bus.join(keeper)
+    bus.run(1, keeper.subscribe_keeper(0.0, {"counts": {("A",): (7, 1.0)}}))
+    early, out = keeper.subscribe("counts", 'issue = "A"', now=0.0)
+    bus.run(1, out)
+    bus.settle()
+    assert keeper.subs[early].phase is Phase.WAITING_CUT  # its keeper copy is not LIVE yet
+    bus.run(1, keeper.tick(1.0))
+    assert keeper.subs[early].phase is Phase.LIVE and keeper.rows(early) == {("A",): (7, 1.0)}
+    bus.run(1, keeper.publish("quotes", [("A", 2.0, 1.0), ("B", 3.0, 1.0)]))
+    bus.settle()
+    late, out = keeper.subscribe("counts", "true", now=2.0)
+    bus.run(1, out)
+    assert keeper.subs[late].phase is Phase.LIVE and keeper.rows(late) == {("A",): (8, 2.0), ("B",): (1, 3.0)}
+    bus.run(1, keeper.publish("quotes", [("A", 5.0, 1.0)]))
+    bus.settle()
+    assert keeper.rows(early) == {("A",): (9, 5.0)} and keeper.rows(late) == {("A",): (9, 5.0), ("B",): (1, 3.0)}

@@ -214,3 +214,20 @@ def test_the_blocking_facade(tmp_path: Path) -> None:
         assert keeper.statistics().events_published == 3
         with pytest.raises(sgcs.UsageError, match="not a root space"):
             keeper.publish("prices", [])
+
+
+async def test_a_lone_keeper_publishes_and_reads_its_own_rows_at_once(tmp_path: Path) -> None:
+    """The docs' example: one member, a keeper with a store; ``publish`` returns
+    once delivered here, so the rows show the event right away, on a second
+    run too (from the store)."""
+    graph = FlowGraph.from_toml(GRAPH)
+    net = private_multicast()
+    for run in (1, 2):
+        async with sgcs.open_node(config("alice", net)) as node, \
+                open_flows(node, graph, store=tmp_path / "alice.db", keeper=True) as flows:
+            with trio.fail_after(WAIT):
+                prices = await flows.subscribe("prices", 'issue < "I050"', durable=True)
+                await prices.ready()
+                await flows.publish("quotes", [("I007", 100.0 + run, 300.0)])
+            assert prices.rows() == {("I007",): (100.0 + run, 100.0 + run)}, run
+            await flows.publish("quotes", [("I008", 1.0, 1.0)], wait=False)  # queued only

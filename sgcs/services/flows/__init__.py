@@ -22,14 +22,14 @@ from .schema import DEFAULT_FUNCTIONS, EventSchema, Functions, StateSchema
 from .syntax import FlowError, parse_collapse, parse_expression, parse_transform
 
 if TYPE_CHECKING:
-    from .service import FlowService, FlowSubscription, open_flows
+    from .service import FlowService, FlowSubscription, NotPublished, open_flows
 
 __all__ = ["Collapse", "CompiledPath", "DEFAULT_FUNCTIONS", "EventSchema", "Expander", "Expansion", "FlowEngine",
            "FlowError", "FlowGraph", "FlowService", "FlowStatistics", "FlowSubscription", "Functions", "Matcher",
-           "Phase", "Select", "State", "StateSchema", "Subscription", "Transform", "compile_subscription",
+           "NotPublished", "Phase", "Select", "State", "StateSchema", "Subscription", "Transform", "compile_subscription",
            "event_paths", "open_flows", "parse_collapse", "parse_expression", "parse_transform", "wire"]
 
-_LAZY = {"FlowService": "service", "FlowSubscription": "service", "open_flows": "service"}
+_LAZY = {"FlowService": "service", "FlowSubscription": "service", "NotPublished": "service", "open_flows": "service"}
 
 
 def __getattr__(name: str) -> Any:

@@ -101,9 +101,14 @@ class BlockingFlows:
             raise UsageError("flows: closed")
         return trio.from_thread.run(function, *args, trio_token=self._token)
 
-    def publish(self, root: str, events: Iterable[Sequence[object]]) -> None:
-        assert self._service is not None
-        self._call(self._service.publish, root, list(events))
+    def publish(self, root: str, events: Iterable[Sequence[object]], *, wait: bool = True) -> None:
+        """As ``FlowService.publish``: with ``wait``, returns once delivered here."""
+        service = self._service
+        assert service is not None
+
+        async def publish() -> None:
+            await service.publish(root, list(events), wait=wait)
+        self._call(publish)
 
     def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False) -> BlockingSubscription:
         service = self._service

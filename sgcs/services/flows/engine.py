@@ -41,7 +41,8 @@ view without one, e.g. the joiner's own first view, would cut nothing the
 others share). One unanswered for ``retry_after`` seconds is sent again: a
 new cut. A keeper that sees no other keeper buffers, and after
 ``keeper_solo_after`` seconds starts from its own stored rows plus that
-buffer (the first keeper, or the last one standing).
+buffer (the first keeper, or the last one standing). A keeper serves its own
+member's other subscriptions itself, from its LIVE copy (``_serve_locally``).
 """
 
 from __future__ import annotations
@@ -462,6 +463,9 @@ class FlowEngine:
         other keeper buffers from now on, to start alone if none appears."""
         self._counter += 1
         sub.nonce, sub.asked_at, sub.buffer, sub.early = f"{self.me}:{self._counter}", now, [], None
+        served = self._serve_locally(sub)
+        if served is not None:
+            return served
         if not self._other_keepers(self.groups[sub.group]):
             sub.requested = False
             sub.phase = Phase.BUFFERING if sub.keeper else Phase.WAITING_CUT
@@ -470,6 +474,28 @@ class FlowEngine:
         s0 = None if sub.s0 is None else tuple(sorted(sub.s0.items()))
         request = wire.Request(sub.nonce, sub.compiled.space, sub.compiled.text, s0)
         return [Multicast(sub.group, wire.encode(request))]
+
+    def _serve_locally(self, sub: LocalSubscription) -> list[Output] | None:
+        """A keeper answers the other subscriptions of its own member itself:
+        the engine takes one delivery at a time, so the rows its LIVE keeper
+        subscription holds now are the state at a cut between two deliveries,
+        and both see every later event. None if this member keeps no LIVE copy
+        of the space (the subscription then asks, or waits for its keeper)."""
+        mine = None if sub.keeper else self._keeper_sub(sub.compiled.space)
+        if mine is None or mine.phase is not Phase.LIVE or mine.state is None:
+            return None
+        answer = self._answer(mine, wire.Request(sub.nonce, sub.compiled.space, sub.compiled.text, None))
+        sub.requested, sub.phase = True, Phase.BUFFERING
+        return self._install(sub, answer, 0)
+
+    def _serve_waiting(self, space: str, now: float) -> list[Output]:
+        """Our keeper copy of ``space`` just went LIVE: serve the subscriptions that waited for a keeper."""
+        out: list[Output] = []
+        for sub in list(self.subs.values()):
+            if (not sub.keeper and sub.compiled.space == space and sub.phase is not Phase.LIVE
+                    and not sub.requested):
+                out += self._ask(sub, now)
+        return out
 
     def _send_pending(self, group: _Group, now: float) -> list[Output]:
         out: list[Output] = []
@@ -565,7 +591,9 @@ class FlowEngine:
             out += [o for o in self._apply(sub, event) if not isinstance(o, Persist)]
         sub.delivered += len(buffer)
         sub.dirty |= set(sub.state.rows)
-        return out + ([Persist(sub.sub_id)] if sub.durable else [])
+        out += [Persist(sub.sub_id)] if sub.durable else []
+        # (the clock only stamps requests, and a served subscription makes none)
+        return out + (self._serve_waiting(sub.compiled.space, sub.asked_at) if sub.keeper else [])
 
     def take_dirty(self, sub_id: int) -> dict[Key, Row]:
         """The rows of ``sub_id`` changed since the last call (to store them)."""

@@ -17,8 +17,8 @@ Usage::
     async with sgcs.open_node(config) as node, open_flows(node, graph, store="me.db") as flows:
         prices = await flows.subscribe("prices", 'issue = "IBM"', durable=True)
         await prices.ready()                 # the state at the cut, or the catch-up
-        await flows.publish("NYSE", [("IBM", 120.0, 5000.0)])
-        prices.rows()                        # {("IBM",): (maxPrice, curPrice)}
+        await flows.publish("NYSE", [("IBM", 120.0, 5000.0)])   # returns once delivered here
+        prices.rows()                        # {("IBM",): (120.0, 120.0)}
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import AsyncIterator, Iterable, Sequence
 import trio
 
 import sgcs
-from sgcs.errors import UsageError
+from sgcs.errors import SgcsError, UsageError
 
 from ..tasks import background
 from .collapse import Key, Row
@@ -103,6 +103,24 @@ class FlowSubscription:
         self._arrived.set()
 
 
+class NotPublished(SgcsError):
+    """Published events that sgcs will not deliver at this member (the reason
+    is in the message); other members may or may not have delivered them."""
+
+
+class _OwnMessage:
+    """A message ``publish`` waits for: delivered here, or its failure."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.failure: str | None = None
+
+    def end(self, failure: str | None = None) -> None:
+        if not self.done.is_set():
+            self.failure = failure
+            self.done.set()
+
+
 class FlowService:
     """A member's flows; get one from :func:`open_flows`."""
 
@@ -111,13 +129,34 @@ class FlowService:
         self._groups: dict[str, sgcs.GroupHandle] = {}
         self._subs: dict[int, FlowSubscription] = {}
         self._outgoing_send, self._outgoing = trio.open_memory_channel[Multicast | Unicast](OUTGOING_MAX)
+        self._own: dict[tuple[str, int], _OwnMessage] = {}
+        """Published messages awaiting their outcome here, by (group, seq)."""
         self.unroutable = 0
 
     # --- the API ------------------------------------------------------------------------------
 
-    async def publish(self, root: str, events: Iterable[Sequence[object]]) -> None:
-        """Publish events into root space ``root`` (one message per call)."""
-        await self._run(self.engine.publish(root, list(events)))
+    async def publish(self, root: str, events: Iterable[Sequence[object]], *, wait: bool = True) -> None:
+        """Publish events into root space ``root``.
+
+        With ``wait`` (the default) it returns once this member has delivered
+        them, so its own subscriptions already show them, and raises
+        :class:`NotPublished` if sgcs reports they will not be delivered here
+        (a view change left them out; see ``sgcs.NotDelivered``). Without, it
+        returns once they are queued for sending."""
+        outputs = self.engine.publish(root, list(events))
+        if not wait:
+            await self._run(outputs)
+            return
+        waits: list[_OwnMessage] = []
+        for output in outputs:
+            assert isinstance(output, Multicast)
+            sent = await self._groups[output.group].send(output.payload)
+            waits.append(self._own.setdefault((output.group, sent.seq), _OwnMessage()))  # no checkpoint since send
+        for own in waits:
+            await own.done.wait()
+            if own.failure is not None:
+                raise NotPublished(f"flows: events published into {root!r} were not delivered ({own.failure}); "
+                                   "publish them again if they still matter")
 
     async def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False) -> FlowSubscription:
         """Subscribe to any space. A state subscription starts its transfer (or,
@@ -174,15 +213,29 @@ class FlowService:
             try:
                 events = await group.receive_many()
             except trio.EndOfChannel:
+                for (group_name, _), waiting in list(self._own.items()):
+                    if group_name == name:
+                        waiting.end("the group was closed")
                 return
             out: list[Output] = []
+            ended: list[tuple[tuple[str, int], str | None]] = []
             now = trio.current_time()
             for event in events:
                 if isinstance(event, sgcs.Delivery):
                     out += self.engine.on_delivery(name, event.sender, event.payload, now)
+                    if event.sender == self.node.id and event.dest is None:
+                        ended.append(((name, event.seq), None))
                 elif isinstance(event, sgcs.ViewChange):
                     out += self.engine.on_view(name, event.members)
+                elif isinstance(event, sgcs.NotDelivered) and event.to is None:
+                    ended.append(((name, event.message.seq), event.reason))
+                elif isinstance(event, sgcs.Rollback):
+                    ended += [((name, seq), "rolled back") for sender, seq in event.messages if sender == self.node.id]
             await self._run(out)
+            for key, failure in ended:  # after the engine applied them: the caller's reads see its events
+                own = self._own.pop(key, None)
+                if own is not None:
+                    own.end(failure)
 
     async def _transmit_loop(self) -> None:
         async for message in self._outgoing:

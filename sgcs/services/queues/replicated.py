@@ -25,8 +25,9 @@ or failed are released at that point everywhere. The consumer is a member: its
 caller has applied its PUT; under safe order that happens only once every
 member of the view holds the PUT, so a message whose ``put`` returned survives
 the kill -9 of every replica but one. A PUT sent during a view change may come
-back in a ``Rollback``; the replica then sends its unapplied PUTs again (the id
-makes that idempotent).
+back in a ``Rollback`` or a ``NotDelivered``; the replica then sends its
+unapplied PUTs again (the id makes that idempotent). A GET not answered within
+5 s is asked again.
 
 Limits: a replica that restarts (or a member that joins later) has no state
 transfer here, so it cannot catch up: run replicas from the start and replace
@@ -194,8 +195,8 @@ class ReplicatedQueue:
                 for member in (*event.left, *event.failed):
                     self.store.release_consumer(f"m:{member}")
                 self._notify()
-            elif isinstance(event, sgcs.Rollback):
-                await self._resend_puts()
+            elif isinstance(event, sgcs.Rollback) or (isinstance(event, sgcs.NotDelivered) and event.to is None):
+                await self._resend_puts()  # one of ours may be among them
 
     def _apply(self, sender: int, kind: int, args: tuple[object, ...]) -> None:
         self.applied += 1
@@ -233,8 +234,8 @@ class ReplicatedQueue:
         self._changed = trio.Event()
 
     async def _resend_puts(self) -> None:
-        # Which of ours were rolled back is named by (sender, seq), which send()
-        # does not return: resend every PUT not yet applied; ids make it idempotent.
+        # Resend every PUT not yet applied rather than only the one named: the
+        # ids make it idempotent, and a PUT sent twice is applied once.
         ops = [op for op, _ in self._pending_puts.values()]
         if ops:
             await self.group.send_many(ops)
