@@ -132,3 +132,10 @@ def test_the_product_documents_its_own_contracts() -> None:
     assert citing == [], citing
     for contract in ("scenarios.md", "traces.md", "guarantees.md", "architecture.md", "view-change.md"):
         assert (root / "docs" / contract).exists(), contract
+
+
+def test_keygen_prints_a_fresh_secret_and_refuses_a_short_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keygen"]) == 0 and main(["keygen", "--bytes", "16"]) == 0
+    first, second = capsys.readouterr().out.split()
+    assert len(first) == 64 and len(second) == 32 and int(first, 16) and first[:32] != second
+    assert main(["keygen", "--bytes", "8"]) == 2 and "at least" not in capsys.readouterr().out

@@ -25,6 +25,10 @@ namespaces cannot be made (not Linux, not root, no iproute2).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -91,3 +95,47 @@ def test_five_members_on_three_hosts_total_order_with_a_kill_leave_a_clean_trace
     assert full, "\n".join(lines)  # the group formed across the three hosts
     after = [t for t, members, nodes in installed if members == nodes == survivors and t > max(full)]
     assert after, "\n".join(lines)  # and then excluded the killed member (not a start-up view of four)
+
+
+@pytest.mark.parametrize("transport", ["multicast", "peers"])
+def test_two_hosts_meet_by_following_the_multi_host_doc(hosts: netns.Hosts, transport: str) -> None:
+    """docs/multi-host.md's commands, run as written on two hosts: ``sgcs
+    chat room --bind ADDR`` (and, where multicast does not cross, a fixed
+    ``--port`` with ``--peers``); each member prints a view of both."""
+    secret = subprocess.run([sys.executable, "-m", "sgcs", "keygen"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "multi-host.md").read_text()
+    assert "sgcs chat room --bind 10.0.0.1 --name ann" in doc and "--port 47100 --peers 10.0.0.2:47100" in doc
+    if transport == "peers":
+        hosts.block_multicast()
+    members = []
+    for me, other, name in ((0, 1, "ann"), (1, 0, "bob")):
+        command = [sys.executable, "-m", "sgcs", "chat", "room", "--bind", hosts.addresses[me], "--name", name]
+        if transport == "peers":
+            command += ["--port", "47100", "--peers", f"{hosts.addresses[other]}:47100"]
+        members.append(subprocess.Popen([*hosts.prefix(me), *command], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        env={**os.environ, "SGCS_SECRET": secret}))
+    try:
+        seen = [_read_until(member, "view v", "2 members", timeout=20.0) for member in members]
+        assert all(any("2 members" in line for line in lines) for lines in seen), seen
+    finally:
+        for member in members:
+            member.kill()
+            member.wait()
+
+
+def _read_until(process: subprocess.Popen[str], *wanted: str, timeout: float) -> list[str]:
+    """Lines ``process`` printed until one holds every string of ``wanted`` (or ``timeout``)."""
+    seen: list[str] = []
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            seen.append(line)
+            if all(w in line for w in wanted):
+                break
+    finally:
+        watchdog.cancel()
+    return seen

@@ -249,3 +249,28 @@ async def test_full_queue_waits_instead_of_dropping(network: dict[str, object]) 
 async def _read_forever(group: sgcs.GroupHandle) -> None:
     async for _ in group:
         pass
+
+
+async def test_a_loopback_node_with_peers_on_other_machines_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The multi-host set-up that never meets: bound to 127.0.0.1 (the
+    default) with peers elsewhere. One line says what to change; peers on
+    this machine alone say nothing."""
+    port = free_udp_ports(1)[0]
+    remote = sgcs.Config(secret=SECRET, use_multicast=False, peers=("10.255.0.7:47000", f"127.0.0.1:{port}"))
+    with caplog.at_level("WARNING", logger="sgcs"):
+        async with sgcs.open_node(remote):
+            pass
+    lines = [r.getMessage() for r in caplog.records if r.name == "sgcs"]
+    assert len(lines) == 1 and "10.255.0.7:47000" in lines[0] and "bind" in lines[0], lines
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sgcs"):
+        async with sgcs.open_node(sgcs.Config(secret=SECRET, use_multicast=False, peers=(f"127.0.0.1:{port}",))):
+            pass
+    assert not [r for r in caplog.records if r.name == "sgcs"]
+
+
+def test_the_network_options_of_the_commands_reach_the_config() -> None:
+    from sgcs.apps.cli import _network, build_parser
+
+    args = build_parser().parse_args(["chat", "g", "--bind", "10.0.0.5", "--ttl", "4", "--port", "47100"])
+    assert _network(args) == {"bind_host": "10.0.0.5", "multicast_ttl": 4, "port": 47100}

@@ -166,7 +166,10 @@ def _add_network(parser: argparse.ArgumentParser) -> None:
     """The secret and network options of a member that joins by discovery (chat, stats)."""
     parser.add_argument("--secret", help="group secret, at least 8 bytes (default: $SGCS_SECRET, else a public "
                                          "demo secret, with a warning)")
+    parser.add_argument("--bind", metavar="ADDR", help="this machine's address on the network the members share "
+                                                       "(default 127.0.0.1: this machine only; docs/multi-host.md)")
     parser.add_argument("--port", type=int, metavar="P", help="unicast UDP port (default: a free one)")
+    parser.add_argument("--ttl", type=int, metavar="N", help="multicast hops (default 1: the local link)")
     parser.add_argument("--multicast-group", metavar="A", help="IPv4 multicast address (default 239.255.71.17)")
     parser.add_argument("--multicast-port", type=int, metavar="P", help="multicast UDP port (default 47017)")
     parser.add_argument("--peers", metavar="HOST:PORT,...",
@@ -175,7 +178,8 @@ def _add_network(parser: argparse.ArgumentParser) -> None:
 
 def _network(args: argparse.Namespace) -> dict[str, object]:
     """The Config fields that ``_add_network``'s options gave."""
-    given = {"port": args.port, "multicast_group": args.multicast_group, "multicast_port": args.multicast_port}
+    given = {"bind_host": args.bind, "port": args.port, "multicast_ttl": args.ttl,
+             "multicast_group": args.multicast_group, "multicast_port": args.multicast_port}
     network: dict[str, object] = {key: value for key, value in given.items() if value is not None}
     if args.peers is not None:
         network.update(use_multicast=False, peers=[p.strip() for p in args.peers.split(",") if p.strip()])
@@ -249,6 +253,20 @@ def _run_queue(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _add_keygen(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bytes", type=int, default=32, metavar="N",
+                        help="random bytes, printed as 2N hex digits (default 32; at least 16)")
+
+
+def _run_keygen(args: argparse.Namespace) -> int:
+    import secrets
+
+    if not 16 <= args.bytes <= 1024:
+        raise UsageError(f"--bytes must be from 16 to 1024, got {args.bytes}")
+    print(secrets.token_hex(args.bytes))
+    return EXIT_OK
+
+
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: tuple[Command, ...] = (
     ("simulate", _add_simulate, _run_simulate),
@@ -259,6 +277,7 @@ COMMANDS: tuple[Command, ...] = (
     ("demo", _add_demo, _run_demo),
     ("stats", _add_stats, _run_stats),
     ("queue", _add_queue, _run_queue),
+    ("keygen", _add_keygen, _run_keygen),
 )
 _HELP = {
     "simulate": "run a scenario in the deterministic simulator and write a trace directory",
@@ -268,6 +287,7 @@ _HELP = {
     "chat": "an interactive member: type lines to multicast them, see deliveries and view changes",
     "queue": "queue put/get/ls/bind/unbind/purge on a durable queue store, or QUEUE@NODE through sgcs",
     "stats": "a quiet member of GROUP that serves its node's metrics for Prometheus, or prints them once",
+    "keygen": "print a random group secret (hex) for Config.secret, --secret or $SGCS_SECRET",
     "demo": "a live local group: N member processes multicast, one is killed partway, the others change view",
 }
 

@@ -44,6 +44,8 @@ race with another task opening a node.
 from __future__ import annotations
 
 import errno
+import ipaddress
+import logging
 import socket
 import struct
 import sys
@@ -56,6 +58,7 @@ from ..config import Config
 from ..errors import UsageError
 
 Endpoint = tuple[str, int]
+LOG = logging.getLogger("sgcs")
 WILDCARD = "0.0.0.0"
 SOCKET_BUFFER = 8 * 1024 * 1024
 """Bytes asked for SO_RCVBUF and SO_SNDBUF; the kernel grants at most its
@@ -121,10 +124,23 @@ async def open_sockets(config: Config) -> NodeSockets:
         raise
     trio_multicast = None if multicast is None else trio.socket.from_stdlib_socket(multicast)
     fanout = tuple(peer for peer in fanout if peer != address)  # a shared peer list may name us
+    _warn_if_unreachable(config, fanout)
     return NodeSockets(
         trio.socket.from_stdlib_socket(unicast), trio_multicast, address, fanout, unicast, multicast,
         error_queue=_enable_error_queue(unicast),
     )
+
+
+def _warn_if_unreachable(config: Config, fanout: tuple[Endpoint, ...]) -> None:
+    """A socket bound to loopback cannot reach another machine: say so once
+    (the multi-host set-up that silently never meets)."""
+    if config.use_multicast or not ipaddress.IPv4Address(config.bind_host).is_loopback:
+        return
+    remote = [f"{host}:{port}" for host, port in fanout if not ipaddress.IPv4Address(host).is_loopback]
+    if remote:
+        LOG.warning("sgcs: Config.bind_host %s is a loopback address, so peers %s on other machines are never "
+                    "reached; bind to this machine's address on their network (docs/multi-host.md)",
+                    config.bind_host, ", ".join(remote[:3]) + (" ..." if len(remote) > 3 else ""))
 
 
 def _open_unicast(config: Config) -> socket.socket:
