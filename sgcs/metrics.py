@@ -11,7 +11,9 @@ under trio, ``call_soon_threadsafe`` under asyncio), waits for it at most
 does not answer in time fails that scrape; it never blocks the loop.
 
 Names follow Prometheus' conventions: ``sgcs_`` prefix, ``_total`` on
-counters, base units. Every sample has a ``node`` label (``Config.name``);
+counters, base units last (``sgcs_received_bytes_total``), and two histograms
+in seconds: ``sgcs_delivery_latency_seconds`` and ``sgcs_view_change_seconds``
+(``sgcs/io/timings.py``). Every sample has a ``node`` label (``Config.name``);
 group gauges also have ``group``; drop and send-error counters have
 ``reason``. Every integer field of ``NodeStatistics`` and ``DriverStatistics``
 is exported (a field added later shows up as a counter unless ``GAUGES``
@@ -32,6 +34,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import errno
+import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -43,12 +46,13 @@ from .errors import UsageError
 
 try:
     from prometheus_client import CollectorRegistry, generate_latest, start_http_server
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("sgcs.metrics needs prometheus_client: pip install 'sgcs[metrics]'") from exc
 
 if TYPE_CHECKING:
     from .api import GroupStatistics, NodeHandle
+    from .io.timings import HistogramSnapshot
     from .io.trio_driver import DriverStatistics
     from .node import NodeStatistics
 
@@ -58,14 +62,22 @@ DEFAULT_PORT = 9464
 """The metrics port of ``serve`` and ``sgcs stats`` when none is given."""
 
 GAUGES = frozenset({"buffered", "peak_buffered", "groups", "fate_unknown"})
+RENAMED = {"bytes_received": "received_bytes", "bytes_sent": "sent_bytes"}
+"""Statistics fields whose metric puts the unit last, as Prometheus' naming guide asks."""
+HISTOGRAMS = {
+    "delivery_latency": ("sgcs_delivery_latency_seconds",
+                         "Own multicasts (1 in 8 sampled): from send to own delivery, the order's wait included."),
+    "view_change_duration": ("sgcs_view_change_seconds",
+                             "View changes: from the first optimistic view to the installed view."),
+}
 """Statistics fields that are levels, not counts since start."""
 LABELLED = {"drop_reasons": ("dropped", "dropped"), "send_error_reasons": ("send_errors", "send_errors")}
 """Dict fields by reason: (metric name, the scalar field that sums them and is not exported apart)."""
 HELP = {
     "datagrams_received": "Datagrams received.",
-    "bytes_received": "Bytes received in datagrams.",
+    "received_bytes": "Bytes received in datagrams.",
     "datagrams_sent": "Datagrams sent.",
-    "bytes_sent": "Bytes sent in datagrams.",
+    "sent_bytes": "Bytes sent in datagrams.",
     "messages_sent": "Application messages sent.",
     "messages_delivered": "Application messages delivered here.",
     "dropped": "Datagrams, records and messages dropped, by reason.",
@@ -126,7 +138,10 @@ def _families(stats: NodeStatistics | DriverStatistics, labels: dict[str, str]) 
     summed = {total for _, total in LABELLED.values()}
     for field in dataclasses.fields(stats):
         value = getattr(stats, field.name)
-        if field.name in LABELLED:
+        if field.name in HISTOGRAMS:
+            if value is not None:
+                yield _histogram(*HISTOGRAMS[field.name], value, labels)
+        elif field.name in LABELLED:
             name, _ = LABELLED[field.name]
             family = CounterMetricFamily(f"sgcs_{name}", HELP.get(name, name), labels=[*labels, "reason"])
             for reason, count in sorted(value.items()):
@@ -136,10 +151,20 @@ def _families(stats: NodeStatistics | DriverStatistics, labels: dict[str, str]) 
             continue
         else:
             kind = GaugeMetricFamily if field.name in GAUGES else CounterMetricFamily
-            metric = kind(f"sgcs_{field.name}", HELP.get(field.name, field.name.replace("_", " ")),
-                          labels=list(labels))
+            name = RENAMED.get(field.name, field.name)
+            metric = kind(f"sgcs_{name}", HELP.get(name, name.replace("_", " ")), labels=list(labels))
             metric.add_metric(list(labels.values()), value)
             yield metric
+
+
+def _histogram(name: str, text: str, shot: HistogramSnapshot, labels: dict[str, str]) -> Metric:
+    family = HistogramMetricFamily(name, text, labels=list(labels))
+    cumulative, buckets = 0, []
+    for bound, count in zip((*shot.bounds, math.inf), shot.counts):
+        cumulative += count
+        buckets.append(("+Inf" if bound == math.inf else repr(bound), cumulative))
+    family.add_metric(list(labels.values()), buckets, shot.total)
+    return family
 
 
 def _group_families(groups: dict[str, GroupStatistics], node: str) -> Iterator[Metric]:

@@ -57,18 +57,26 @@ async def test_scrape_of_a_running_trio_node_shows_its_counters(network: dict[st
     ):
         await view_with(ga, a.id, b.id)
         await view_with(gb, a.id, b.id)
-        for n in range(5):
+        for n in range(24):  # one in 8 is timed: at least 2 of them
             await ga.send(b"m%d" % n)
-        await delivery_of(gb, b"m4")
+        await delivery_of(gb, b"m23")
         with trio.fail_after(WAIT):
+            while a.io_statistics().delivery_latency.count < 2:  # type: ignore[union-attr]
+                await ga.receive()  # its own deliveries end the timings
             samples = parse(await trio.to_thread.run_sync(scrape, server.url))
     node = {"node": "alpha"}
     assert value(samples, "sgcs_node_info", node="alpha", node_id=str(a.id)) == 1
-    assert value(samples, "sgcs_messages_sent_total", **node) == 5
-    assert value(samples, "sgcs_messages_delivered_total", **node) >= 5  # its own, delivered to itself
-    for counter in ("sgcs_datagrams_sent_total", "sgcs_bytes_sent_total", "sgcs_datagrams_received_total",
-                    "sgcs_bytes_received_total"):
+    assert value(samples, "sgcs_messages_sent_total", **node) == 24
+    assert value(samples, "sgcs_messages_delivered_total", **node) >= 24  # its own, delivered to itself
+    for counter in ("sgcs_datagrams_sent_total", "sgcs_sent_bytes_total", "sgcs_datagrams_received_total",
+                    "sgcs_received_bytes_total"):
         assert value(samples, counter, **node) > 0, counter
+    # histograms: cumulative buckets ending in +Inf == count; the join of beta was one view change
+    timed = value(samples, "sgcs_delivery_latency_seconds_count", **node)
+    assert timed >= 2 and value(samples, "sgcs_delivery_latency_seconds_bucket", le="+Inf", **node) == timed
+    assert 0 < value(samples, "sgcs_delivery_latency_seconds_sum", **node) < WAIT * timed
+    assert value(samples, "sgcs_view_change_seconds_count", **node) >= 1
+    assert value(samples, "sgcs_view_change_seconds_bucket", le="10.0", **node) >= 1
     assert value(samples, "sgcs_groups", **node) == 1
     assert value(samples, "sgcs_group_members", node="alpha", group="g") == 2
     assert value(samples, "sgcs_receive_errors_total", **node) == 0

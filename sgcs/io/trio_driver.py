@@ -122,6 +122,7 @@ from .signals import EXIT_STATUS, sigterm_free
 from .event_queue import EventQueue
 from .recorder import FLUSH_EVERY, TraceRecorder
 from .sockets import Endpoint, NodeSockets, open_sockets, read_refusals
+from .timings import HistogramSnapshot, Timings
 
 AppEvent = Union[Deliver, ViewInstalled, OptimisticView, Rollback, NotDelivered, TransitionalView, MemberSuspected,
                  MemberBusy, GroupError]
@@ -168,6 +169,10 @@ class DriverStatistics:
     left, or routing was cancelled at shutdown."""
     unreachable: int = 0
     """ICMP "port unreachable" reports for datagrams this node sent (Linux)."""
+    delivery_latency: HistogramSnapshot | None = None
+    """Own multicasts, sampled: send to own delivery (``sgcs/io/timings.py``)."""
+    view_change_duration: HistogramSnapshot | None = None
+    """First optimistic view of a change to its installed view, per change."""
 
 
 @dataclass(slots=True)
@@ -183,6 +188,8 @@ class TrioDriver:
         self.node = node
         self.sockets = sockets
         self.recorder = recorder
+        self.timings = Timings()
+        self._me = node.id
         self._lock = trio.Lock()
         self._poke = trio.Event()
         self._timer_due = -math.inf
@@ -224,6 +231,8 @@ class TrioDriver:
             receive_errors=self._receive_errors,
             events_discarded=self._discarded,
             unreachable=self._unreachable,
+            delivery_latency=self.timings.delivery.snapshot(),
+            view_change_duration=self.timings.view_change.snapshot(),
         )
 
     # ------------------------------------------------------------------ node calls
@@ -285,6 +294,7 @@ class TrioDriver:
             actions = self.node.multicast(group, payload, now)
             assert self.node.last_sent is not None
             sent.append(self.node.last_sent)  # read before any other call can send
+            self.timings.sent(group, self.node.last_sent.seq, now)  # before its delivery can be routed
             return actions
 
         while True:
@@ -386,6 +396,7 @@ class TrioDriver:
             await self._leave(name)
         events.close()
         del self._queues[name]
+        self.timings.left(name)
 
     async def _leave(self, name: str) -> None:
         # Shielded: a block cancelled by its caller still says goodbye, so the
@@ -602,6 +613,30 @@ class TrioDriver:
     def _count_send_error(self, exc: OSError) -> None:
         self._send_errors[errno.errorcode.get(exc.errno or 0, type(exc).__name__)] += 1
 
+    def _deliver(self, action: Deliver) -> Awaitable[None] | None:
+        if action.sender == self._me and action.dest is None:
+            self.timings.delivered(action.group, action.seq, trio.current_time())
+        return self._to_app(action)
+
+    def _change_began(self, action: OptimisticView) -> Awaitable[None] | None:
+        self.timings.change_began(action.group, trio.current_time())
+        return self._to_app(action)
+
+    def _change_ended(self, action: ViewInstalled) -> Awaitable[None] | None:
+        self.timings.change_ended(action.group, trio.current_time())
+        return self._to_app(action)
+
+    def _not_delivered(self, action: NotDelivered) -> Awaitable[None] | None:
+        if action.to is None:
+            self.timings.ended(action.group, action.message.seq)
+        return self._to_app(action)
+
+    def _rolled_back(self, action: Rollback) -> Awaitable[None] | None:
+        for sender, seq in action.messages:
+            if sender == self._me:
+                self.timings.ended(action.group, seq)
+        return self._to_app(action)
+
     def _to_app(self, action: AppEvent) -> Awaitable[None] | None:
         queue = self._queues.get(action.group)
         if queue is None or queue.leaving:
@@ -631,11 +666,11 @@ class TrioDriver:
 _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
     Send: TrioDriver._send,
     Multicast: TrioDriver._multicast,
-    Deliver: TrioDriver._to_app,
-    ViewInstalled: TrioDriver._to_app,
-    OptimisticView: TrioDriver._to_app,
-    Rollback: TrioDriver._to_app,
-    NotDelivered: TrioDriver._to_app,
+    Deliver: TrioDriver._deliver,
+    ViewInstalled: TrioDriver._change_ended,
+    OptimisticView: TrioDriver._change_began,
+    Rollback: TrioDriver._rolled_back,
+    NotDelivered: TrioDriver._not_delivered,
     TransitionalView: TrioDriver._to_app,
     MemberSuspected: TrioDriver._to_app,
     MemberBusy: TrioDriver._to_app,
