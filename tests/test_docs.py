@@ -139,3 +139,14 @@ def test_keygen_prints_a_fresh_secret_and_refuses_a_short_one(capsys: pytest.Cap
     first, second = capsys.readouterr().out.split()
     assert len(first) == 64 and len(second) == 32 and int(first, 16) and first[:32] != second
     assert main(["keygen", "--bytes", "8"]) == 2 and "at least" not in capsys.readouterr().out
+
+
+def test_the_api_reference_builds_without_warnings(tmp_path: Path) -> None:
+    """scripts/api_docs.py (pdoc): every public name resolves, every page is written."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "api_docs.py"), str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "api_docs:" not in done.stderr, done.stderr
+    pages = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.html")}
+    assert {"sgcs.html", "sgcs/blocking.html", "sgcs/metrics.html", "sgcs/services/queues.html",
+            "sgcs/services/flows.html", "sgcs/services/handles.html", "sgcs/services/mailboxes.html"} <= pages
+    assert "open_queue_manager" in (tmp_path / "sgcs" / "services" / "queues.html").read_text()
