@@ -53,7 +53,7 @@ def _sender_loss_simulator(q: float, seed: int) -> type:
     """A ``Simulator`` whose application data multicasts are each lost at the
     sender with probability ``q`` (no receiver gets that copy; everything else,
     retransmissions and gossip included, goes through the scenario's network)."""
-    from simulations.simulator import Simulator
+    from sgcs.sim.simulator import Simulator
 
     class SenderLossSimulator(Simulator):
         dropped: list[tuple[int, float]] = []
@@ -143,8 +143,8 @@ def claim_fd_sim(keep: Path) -> dict[str, Any]:
     (net buckets of 0.1 s, after t=10 s), all nodes started together vs half of
     them joining 3.05 s late by merge."""
     import pyarrow.parquet as pq
-    import simulations.run as sim_run
-    from simulations.scenario import load_scenario
+    import sgcs.sim.run as sim_run
+    from sgcs.sim.scenario import load_scenario
 
     out: dict[str, Any] = {}
     for name in ("claims-fd-64", "claims-fd-join-64"):
@@ -173,8 +173,8 @@ def claim_suspicions_sim(plan: Plan, keep: Path) -> list[dict[str, Any]]:
     import tomllib
 
     import pyarrow.parquet as pq
-    import simulations.run as sim_run
-    from simulations.scenario import build_scenario
+    import sgcs.sim.run as sim_run
+    from sgcs.sim.scenario import build_scenario
 
     source = SCENARIOS / "claims-fd-64.toml"
     rows = []
@@ -225,7 +225,7 @@ def claim_bimodal(plan: Plan, keep: Path) -> list[dict[str, Any]]:
     reported apart by whether their first multicast got out.
     """
     rows = []
-    from simulations.scenario import load_scenario
+    from sgcs.sim.scenario import load_scenario
 
     for variant, sender_loss in plan.bimodal:
         source = SCENARIOS / f"claims-bimodal-{variant}.toml"
@@ -250,7 +250,7 @@ def claim_bimodal(plan: Plan, keep: Path) -> list[dict[str, Any]]:
 def run_sim(scenario: Any, out: Path, sender_loss: float = 0.0) -> tuple[dict[str, Any], list[tuple[int, float]]]:
     """Simulate ``scenario`` into ``out``, with a sender-side loss if asked;
     returns the run summary and the (sender, time) of every multicast dropped."""
-    import simulations.run as sim_run
+    import sgcs.sim.run as sim_run
 
     original = sim_run.Simulator
     cls = _sender_loss_simulator(sender_loss, scenario.seed) if sender_loss else None

@@ -27,9 +27,9 @@ from typing import Any, Callable
 if __name__ == "__main__":  # run as a script: the repository goes on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simulations.engine import ARRIVE, TIMER  # noqa: E402
-from simulations.scenario import build_scenario  # noqa: E402
-from simulations.simulator import Simulator, no_collections  # noqa: E402
+from sgcs.sim.engine import ARRIVE, TIMER  # noqa: E402
+from sgcs.sim.scenario import build_scenario  # noqa: E402
+from sgcs.sim.simulator import Simulator, no_collections  # noqa: E402
 
 Handler = Callable[[float, int, Any, Any], None]
 

@@ -1,5 +1,5 @@
 """Two fault storms that an independent trace check found broke invariants,
-run again with every invariant checked (``simulations.checks.violations``).
+run again with every invariant checked (``sgcs.sim.checks.violations``).
 
 * ``heal-window``: 16 nodes, 1% loss, three groups of all 16 members (total
   order 20 msg/s, safe 10 msg/s, causal 10 msg/s), five partitions of random
@@ -74,9 +74,9 @@ SHAPES = {"heal-window": heal_window, "storm": storm}
 
 def run_one(shape: str, seed: int) -> tuple[str, int, dict[str, dict[str, int]], str]:
     from _scenario import scenario_toml
-    from simulations.checks import read_events, violations
-    from simulations.run import simulate
-    from simulations.scenario import load_scenario
+    from sgcs.sim.checks import read_events, violations
+    from sgcs.sim.run import simulate
+    from sgcs.sim.scenario import load_scenario
 
     fields, groups = SHAPES[shape](seed)
     text = scenario_toml(**fields)

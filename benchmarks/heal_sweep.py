@@ -6,7 +6,7 @@ views is the hardest moment for virtual synchrony: one side may be left out of
 the other's commit. This sweep runs the churn scenario of
 ``tests/test_sim_membership.py`` (a crash, a pause, two joins, a recovery, a
 leave) with its partition lasting 0.2, 0.4, ... 4.0 s, several seeds each,
-and counts invariant violations (``simulations.checks.violations``, which
+and counts invariant violations (``sgcs.sim.checks.violations``, which
 includes invariant 8: every multicast of a live sender has an outcome there).
 
 Run: ``python benchmarks/heal_sweep.py [--orders total,safe,causal]
@@ -52,9 +52,9 @@ def scenario_text(order: str, seed: int, heal_after: float) -> str:
 
 
 def run_one(order: str, seed: int, heal_after: float) -> tuple[str, int, float, dict[str, int], str]:
-    from simulations.checks import read_events, violations
-    from simulations.run import simulate
-    from simulations.scenario import load_scenario
+    from sgcs.sim.checks import read_events, violations
+    from sgcs.sim.run import simulate
+    from sgcs.sim.scenario import load_scenario
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"heal-{order}-{seed}-{heal_after}.toml"

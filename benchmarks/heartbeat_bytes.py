@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet as pq  # noqa: E402
 
-import simulations.run as sim_run  # noqa: E402
+import sgcs.sim.run as sim_run  # noqa: E402
 from benchmarks.membership import measure  # noqa: E402
-from simulations.scenario import build_scenario  # noqa: E402
+from sgcs.sim.scenario import build_scenario  # noqa: E402
 
 FORMS = ("roster", "pairs", "ring")
 WARM_UP = 3.0

@@ -1,7 +1,7 @@
 """The mailbox cost model against `sgcs simulate` runs (docs/mailboxes.md, "Simulating a workload").
 
 Each point of a grid of workloads is a mailbox scenario run by the simulator's
-own path (``simulations.run.simulate``, as ``sgcs simulate`` does): post
+own path (``sgcs.sim.run.simulate``, as ``sgcs simulate`` does): post
 offices on simulated sgcs nodes, no loss and no crashes (the model assumes a
 reliable network), receivers aimed at a share ``local`` in the sender's
 domain and ``unknown`` to the sender's post office (the rest known), and MIs
@@ -27,8 +27,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from simulations.run import simulate  # noqa: E402
-from simulations.scenario import parse_scenario  # noqa: E402
+from sgcs.sim.run import simulate  # noqa: E402
+from sgcs.sim.scenario import parse_scenario  # noqa: E402
 
 TEMPLATE = """
 seed = {seed}

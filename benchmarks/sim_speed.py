@@ -13,7 +13,7 @@ in turn, round after round, so a change in the machine's load falls on all of
 them alike. CPU seconds (user + system of the simulating process, start-up and
 trace writing included) are far less disturbed by other jobs than wall time:
 on a shared machine compare those. With ``--workers`` (a parallel run,
-``simulations.parallel``) CPU seconds include the workers', and the peak RSS
+``sgcs.sim.parallel``) CPU seconds include the workers', and the peak RSS
 is their sum; a checkout without ``--workers`` support fails the run.
 """
 
@@ -32,8 +32,8 @@ CHILD = r"""
 import json, resource, sys, tempfile, tomllib
 root, scenario, nodes, duration, overrides, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5]), int(sys.argv[6])
 sys.path.insert(0, root)
-import simulations.run as run
-from simulations.scenario import build_scenario
+import sgcs.sim.run as run
+from sgcs.sim.scenario import build_scenario
 import sgcs._compiled as compiled
 raw = tomllib.loads(open(scenario).read())
 raw["nodes"], raw["duration"] = nodes, duration
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--root", action="append", default=[], help="a checkout to run (default: this one)")
     parser.add_argument("--variant", action="append", default=[], help='"field=value ..." overrides')
-    parser.add_argument("--workers", type=int, default=1, help="processes per run (simulations.parallel)")
+    parser.add_argument("--workers", type=int, default=1, help="processes per run (sgcs.sim.parallel)")
     args = parser.parse_args(argv)
     roots = args.root or [str(ROOT)]
     variants = args.variant or [""]

@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python benchmarks/sim_timeline.py SCENARIO --out RUN [--duration S] [--nodes N] [--workers W]
 
-Runs ``simulations.run.simulate`` (what ``sgcs simulate`` runs, with a trace
+Runs ``sgcs.sim.run.simulate`` (what ``sgcs simulate`` runs, with a trace
 written to RUN) and prints ``wall  simulated`` each time the simulated clock
 passes a whole second, then the summary's wall time. A run whose cost per
 simulated second climbs is paying for state that grows (benchmarks/README.md,
@@ -18,8 +18,8 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 
-import simulations.run as run
-from simulations.scenario import load_scenario
+import sgcs.sim.run as run
+from sgcs.sim.scenario import load_scenario
 
 
 def main() -> None:

@@ -43,6 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sgcs", "simulations", "spark_analysis", "benchmarks")
+INSTALLED_AS = {"simulations": "sgcs.sim", "spark_analysis": "sgcs.analysis"}
+"""Folders that install inside sgcs (pyproject.toml, package-dir): their modules' dotted names."""
 DOC = ROOT / "docs" / "architecture.md"
 BEGIN, END = "<!-- import-graph: begin (scripts/import_graph.py --write) -->", "<!-- import-graph: end -->"
 
@@ -50,8 +52,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # (layer, what it is, module prefixes): a module belongs to the layer of its longest matching prefix
     ("benchmarks", "benchmarks/: measurements (ratios, never tests)", ("benchmarks",)),
     ("apps", "sgcs.apps: the sgcs command line, chat, demo, bench, stats", ("sgcs.apps", "sgcs.__main__")),
-    ("spark_analysis", "spark_analysis/: PySpark jobs over traces", ("spark_analysis",)),
-    ("simulations", "simulations/: the discrete-event simulator (a driver)", ("simulations",)),
+    ("spark_analysis", "sgcs.analysis (spark_analysis/): PySpark jobs over traces", ("sgcs.analysis",)),
+    ("simulations", "sgcs.sim (simulations/): the discrete-event simulator (a driver)", ("sgcs.sim",)),
     ("services", "sgcs.services: queues, handles, flows, mailboxes", ("sgcs.services",)),
     ("api", "public API: sgcs, sgcs.api, sgcs.blocking, sgcs.metrics",
      ("sgcs", "sgcs.api", "sgcs.blocking", "sgcs.metrics")),
@@ -76,7 +78,7 @@ def modules(root: Path = ROOT, packages: Iterable[str] = PACKAGES) -> dict[str, 
             parts = path.relative_to(root).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            found[".".join(parts)] = path
+            found[".".join((INSTALLED_AS.get(parts[0], parts[0]), *parts[1:]))] = path
     return found
 
 

@@ -29,7 +29,7 @@ fi
 stamp=.venv/.sgcs-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[analysis,dev,metrics]'
+    SGCS_NO_NATIVE=1 .venv/bin/python -m pip install -q -e '.[analysis,dev,metrics]'  # build_native.py compiles in place
     touch "$stamp"
 fi
 # The hot modules compiled with mypyc (sgcs/_compiled.py), rebuilt when a source
@@ -43,5 +43,5 @@ fi
 .venv/bin/python -m compileall -q -j 0 sgcs simulations spark_analysis >/dev/null
 # A class-data-sharing archive of the classes Spark loads (spark_analysis/class_archive.py):
 # the JVM of `sgcs analyze` starts in half the time. Built once per Java and pyspark, about 30 s.
-.venv/bin/python -m spark_analysis.build_class_archive \
+.venv/bin/python -m sgcs.analysis.build_class_archive \
     || echo "setup: no Spark class archive; sgcs analyze starts its JVM without it (slower)" >&2

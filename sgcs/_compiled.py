@@ -18,8 +18,10 @@ run old code behind new. So the choice is all or nothing, made once, when
 * ``native``: every listed module has an extension no older than its source;
 * ``pure``: ``SGCS_PURE_PYTHON`` is set (CI runs the suite this way too), or
   nothing was built (no C compiler: set-up says so and goes on);
-* ``stale``: some source changed after the build. sgcs warns once and runs the
-  sources; ``scripts/setup.sh`` rebuilds.
+* ``stale``: in a checkout (a ``pyproject.toml`` beside the package), some
+  source changed after the build. sgcs warns once and runs the sources;
+  ``scripts/setup.sh`` rebuilds. A wheel (``pip install .``, built by
+  ``setup.py``) carries its extensions, and nothing there is edited.
 
 In the last two cases a finder placed first on ``sys.meta_path`` loads the
 listed modules from their ``.py`` files, so an extension never runs code its
@@ -81,11 +83,12 @@ def choose(root: str = PACKAGE_ROOT, modules: Sequence[str] = NATIVE_MODULES,
     """("native" | "pure" | "stale", why): see the module docstring."""
     if environ.get(PURE_ENV, "") not in ("", "0"):
         return "pure", f"{PURE_ENV} is set"
+    checkout = os.path.exists(os.path.join(root, "pyproject.toml"))  # installed from a wheel: nothing is edited
     for module in modules:
         extension = extension_of(module, root)
         if extension is None:
             return "pure", "not compiled (scripts/build_native.py)"
-        if os.path.getmtime(source_of(module, root)) > os.path.getmtime(extension):
+        if checkout and os.path.getmtime(source_of(module, root)) > os.path.getmtime(extension):
             return "stale", f"{os.path.basename(source_of(module, root))} changed after it was compiled"
     if extension_of("sgcs." + SHARED_LIBRARY, root) is None:
         return "pure", f"the shared library {SHARED_LIBRARY} is missing"

@@ -517,9 +517,9 @@ async def open_node(config: Config, *, trace: str | os.PathLike[str] | None = No
     events and errors.
 
     ``trace``: a run directory to record trace schema 1 into (the format of
-    ``sgcs simulate``, so ``sgcs analyze`` and ``simulations.checks`` check
+    ``sgcs simulate``, so ``sgcs analyze`` and ``sgcs.sim.checks`` check
     real runs too). The members of one run share one fresh directory; it
-    needs pyarrow (``pip install 'sgcs[analysis]'``).
+    needs pyarrow (``pip install 'sgcs[sim]'``).
 
     Raises ``UsageError`` when the sockets cannot be opened (port in use,
     unknown interface, no multicast), saying which Config field to change.

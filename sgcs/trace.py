@@ -54,7 +54,7 @@ def pyarrow_modules() -> tuple[Any, Any]:
         import pyarrow.parquet
     except ImportError:
         raise UsageError(
-            "writing a trace needs pyarrow, which is not installed; run: pip install 'sgcs[analysis]'"
+            "writing a trace needs pyarrow, which is not installed; run: pip install 'sgcs[sim]'"
         ) from None
     return pyarrow, pyarrow.parquet
 

@@ -12,7 +12,7 @@ trace directory in schema 1 (``trace``): ``meta.json``, ``events/`` and
 with a ``[mailboxes]`` table runs the mailbox service's post offices on the
 nodes (``mailboxes``, ``mailspec``, ``mailreport``) and adds ``mail/``.
 
-    from simulations import load_scenario, simulate
+    from sgcs.sim import load_scenario, simulate
     summary = simulate(load_scenario("simulations/scenarios/default.toml"), "runs/x")
 
 From the shell: ``sgcs simulate [SCENARIO] --out RUN [--seed N] ...``.

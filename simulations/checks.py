@@ -48,7 +48,7 @@ def read_events(run: str | Path) -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise UsageError("reading a trace needs pyarrow and pandas; run: pip install 'sgcs[analysis]'") from None
+        raise UsageError("reading a trace needs pyarrow and pandas; run: pip install 'sgcs[sim]'") from None
     import pandas as pd
     import pyarrow as pa
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 ARRIVE, TIMER, APP, FAULT, RESUME, BUCKET, RETRY, SERVICE = range(8)
 """The simulator's event kinds: indexes into its dispatch table. SERVICE is
-for a service layered on the nodes (``simulations.mailboxes``); the plain
+for a service layered on the nodes (``sgcs.sim.mailboxes``); the plain
 simulator never schedules it."""
 
 Handler = Callable[[float, int, Any, Any], None]

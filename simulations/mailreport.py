@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The ``Ledger`` is fed by the mailbox driver (``simulations.mailboxes``) at
+The ``Ledger`` is fed by the mailbox driver (``sgcs.sim.mailboxes``) at
 four points: a mail accepted by its sender's post office (``sent``, with the
 path the protocol took for it: ``local`` when the receiver's active mailbox is
 in the sender's domain, ``known`` when the PO holds an address for it, else

@@ -20,7 +20,7 @@ has its own two generators, derived from the scenario seed and its id alone
 (never from Python's salted ``hash``), made when it first sends, and consumed
 in the order of its own sends: a seed replays a run, and a node's draws do
 not depend on what other nodes did in between, so a run split over worker
-processes (``simulations.parallel``) draws exactly what one process draws.
+processes (``sgcs.sim.parallel``) draws exactly what one process draws.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class RunSummary:
     peak_buffered: int = 0
     """The largest peak buffer (unstable records) of any node up at the end."""
     workers: int = 1
-    """Processes the run was split over (``simulations.parallel``)."""
+    """Processes the run was split over (``sgcs.sim.parallel``)."""
     peak_rss_bytes: int = 0
     """Peak resident memory of the simulating process, or the sum over the workers."""
     mailboxes: dict[str, Any] | None = None
@@ -109,7 +109,7 @@ def simulate(
 ) -> RunSummary:
     """Run ``scenario`` and write its trace to ``out``; progress None: only on
     a TTY. ``workers`` > 1 splits the run over that many processes
-    (``simulations.parallel``; the scenario needs ``latency_ms.min`` > 0)."""
+    (``sgcs.sim.parallel``; the scenario needs ``latency_ms.min`` > 0)."""
     out = Path(out)
     check_workers(scenario, workers)
     prepare_out(out)

@@ -71,7 +71,7 @@ class NetworkSpec:
     latency_min_ms: float = 0.0
     """No delay is shorter (a longer draw is kept, a shorter one raised to it):
     what a real network's propagation and stack cost at least. A parallel run
-    (``simulations.parallel``) needs it above zero: it is how far ahead one
+    (``sgcs.sim.parallel``) needs it above zero: it is how far ahead one
     worker may run without news from the others."""
 
 

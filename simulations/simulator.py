@@ -31,7 +31,7 @@ seed replays a run. Node lifecycles and faults live in ``lifecycle``.
 
 **Workers.** A simulator may own only some of the nodes (``worker`` of
 ``workers``: node ids congruent to ``worker`` modulo ``workers``), for a run
-split over processes (``simulations.parallel``). Everything the scenario
+split over processes (``sgcs.sim.parallel``). Everything the scenario
 decides (which nodes are up, joined or paused, incarnations, partitions, the
 application's send times and senders) is replicated: every worker runs the
 same lifecycle, bucket and application events. What a node does happens only

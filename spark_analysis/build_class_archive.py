@@ -1,5 +1,5 @@
 """Builds the class-data-sharing archive of class_archive.py (see its module doc): ``python -m
-spark_analysis.build_class_archive [--force]``, run by scripts/setup.sh.
+sgcs.analysis.build_class_archive [--force]``, run by scripts/setup.sh.
 
 Theory of operation
 -------------------
@@ -34,7 +34,7 @@ def build(force: bool = False) -> Path | None:
     except OSError:
         return None
     partial = path.with_suffix(f".{os.getpid()}.partial")
-    done = subprocess.run([sys.executable, "-m", "spark_analysis.build_class_archive", "--dump", str(partial)],
+    done = subprocess.run([sys.executable, "-m", "sgcs.analysis.build_class_archive", "--dump", str(partial)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
         partial.unlink(missing_ok=True)
@@ -52,10 +52,10 @@ def _dump(partial: Path) -> None:
     """In a child process: analyse a small run with a JVM that writes its classes to ``partial`` at exit."""
     from pyspark import SparkContext
 
-    from simulations.run import simulate
-    from simulations.scenario import load_scenario
-    from spark_analysis.report import analyze
-    from spark_analysis.session import spark_session
+    from sgcs.sim.run import simulate
+    from sgcs.sim.scenario import load_scenario
+    from sgcs.analysis.report import analyze
+    from sgcs.analysis.session import spark_session
 
     with tempfile.TemporaryDirectory(prefix="sgcs-class-archive-") as work:
         run = str(Path(work) / "run")

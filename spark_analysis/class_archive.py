@@ -13,7 +13,7 @@ JVM's start 4.0 to 4.6 s without, 2.3 to 2.6 s with it; the first analysis
 benchmarks/README.md, "Session 17").
 
 build_class_archive.py makes it once per machine (scripts/setup.sh calls
-``python -m spark_analysis.build_class_archive``): a child process simulates the default
+``python -m sgcs.analysis.build_class_archive``): a child process simulates the default
 scenario into a temporary directory and analyses it with the archive option,
 stops Spark and waits for the JVM to exit, so the archive is complete; the
 parent renames it into place only then. A partial archive must never be in

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Each check returns a DataFrame with one row per violation, counted exactly
-as ``simulations.checks.violations()`` counts it on a pandas-sized trace,
+as ``sgcs.sim.checks.violations()`` counts it on a pandas-sized trace,
 under the same keys ("1_duplicate" ... "8_without_outcome"); the
 definitions (incarnations split at ``recover`` rows, unicasts keyed apart,
 rolled-back messages voided, a ``grace`` for messages in flight) are those

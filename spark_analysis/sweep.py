@@ -11,7 +11,7 @@ one slot running the largest simulation alone at the end.
 
 The points go to Spark as one partition each,
 ``sc.parallelize(points, len(points)).map(run_point).collect()``; each task
-runs one ``simulations.run.simulate`` in its Python worker and writes the
+runs one ``sgcs.sim.run.simulate`` in its Python worker and writes the
 trace to ``DIR/runs/<point-name>/``. A task never raises: a failed simulation
 comes back as a failed result (its traceback in the run's ``error.txt``), so
 one bad point does not cost the others. While ``collect`` runs in a thread,
@@ -24,18 +24,18 @@ traces at once (``readers``, ``load.per_member_load``,
 second, sent and received, by ``msg_type`` and in total) against N, and
 failure-detection time (first suspicion of each crashed node, and when the
 survivors' views exclude it) against N. Per series, the mean over seeds at
-each N is fitted by :mod:`spark_analysis.fit` (log2 N and linear in N, with
+each N is fitted by :mod:`sgcs.analysis.fit` (log2 N and linear in N, with
 R², and a verdict).
 
 Outputs in ``DIR``: ``runs/<point>/`` (a trace with ``summary.json``, or
 ``error.txt``), ``report.md``, ``metrics.json`` (``sweep``, ``runs``,
 ``load``, ``detection``, ``fits``), ``load_vs_n.png``,
 ``load_by_type_vs_n.png`` and ``detection_vs_n.png`` (matplotlib, Agg),
-written by :mod:`spark_analysis.sweep_report`.
+written by :mod:`sgcs.analysis.sweep_report`.
 Exit code 0, or 1 when a point failed (the others are still analysed).
 
-The sweep file is parsed and expanded by :mod:`spark_analysis.sweep_spec`, and
-the runs analysed by :mod:`spark_analysis.sweep_analysis`.
+The sweep file is parsed and expanded by :mod:`sgcs.analysis.sweep_spec`, and
+the runs analysed by :mod:`sgcs.analysis.sweep_analysis`.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
     import time
     import traceback
 
-    from simulations.run import simulate
-    from simulations.scenario import build_scenario
+    from sgcs.sim.run import simulate
+    from sgcs.sim.scenario import build_scenario
 
     out = Path(task["out"])
     (out / "error.txt").unlink(missing_ok=True)  # a stale one would mark this run failed
@@ -237,7 +237,7 @@ def _spark(master: str | None) -> Any:
 
     # Workers must run this interpreter, the one that has sgcs and simulations installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from spark_analysis.session import spark_session
+    from sgcs.analysis.session import spark_session
 
     return spark_session(master, app="sgcs sweep")
 

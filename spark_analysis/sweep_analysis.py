@@ -2,7 +2,7 @@
 all the traces at once: per-member load (messages and bytes per second, sent
 and received, by ``msg_type`` and in total) and failure-detection times, each
 against N, with growth fits of the mean over seeds at each N
-(:mod:`spark_analysis.fit`). :mod:`spark_analysis.sweep_report` writes them out.
+(:mod:`sgcs.analysis.fit`). :mod:`sgcs.analysis.sweep_report` writes them out.
 """
 
 from __future__ import annotations

@@ -226,14 +226,14 @@ def _num(value: Any) -> str:
 
 _NOTES = [
     "## Notes", "",
-    "- Load per member = the run's net-table totals / live node-seconds (`spark_analysis.load`), per "
+    "- Load per member = the run's net-table totals / live node-seconds (`sgcs.analysis.load`), per "
     "`msg_type` and in total (`total`); sent and received are counted separately (a multicast is one "
     "send and up to N−1 receives). `max_msgs_per_member_per_s` in `metrics.json` is the busiest member.",
     "- First suspicion: from the crash to the first `suspect` row targeting the crashed node, at any node. "
     "Exclusion: per survivor (a live node whose view held the crashed one), until it has installed a view "
-    "without it; median and max over the survivors (`spark_analysis.detection`).",
+    "without it; median and max over the survivors (`sgcs.analysis.detection`).",
     "- `suspect_timeout` = suspect_factor · ⌈log2 N⌉ · gossip_interval, the detector's bound for a first suspicion.",
-    "- Verdict (`spark_analysis.fit`): *inconclusive* with fewer than 3 values of N; *flat* when the log2 fit "
+    "- Verdict (`sgcs.analysis.fit`): *inconclusive* with fewer than 3 values of N; *flat* when the log2 fit "
     "changes by less than 10% of the mean over the N range; *decreasing* when it falls; *noisy* when neither "
     "model reaches R² 0.8; otherwise the model with the higher R². "
     "The exponent k is the slope of log y against log N (0: flat, 1: linear).",

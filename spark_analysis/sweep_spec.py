@@ -2,7 +2,7 @@
 
 Every point's scenario is validated here, before Spark starts, so a bad value
 fails in one line naming the key and the point; points are ordered big N first
-(see :mod:`spark_analysis.sweep`).
+(see :mod:`sgcs.analysis.sweep`).
 
 SWEEP.toml
 ----------
@@ -192,7 +192,7 @@ def expand(base: dict[str, Any], grid: tuple[tuple[str, tuple[Any, ...]], ...],
 
 
 def _point(base: dict[str, Any], params: tuple[tuple[str, Any], ...], seed: int, name: str, source: str) -> Point:
-    from simulations.scenario import build_scenario
+    from sgcs.sim.scenario import build_scenario
 
     raw = _deep_copy(base)
     raw["seed"] = seed

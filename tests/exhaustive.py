@@ -123,7 +123,7 @@ L. the live members did settle within ``settle_limit`` seconds (liveness);
    class is named ``NotDelivered``, with ``message``, ``messages`` or
    ``sender``/``seq``, or a trace row of kind ``not_delivered``); and its
    ``statistics().fate_unknown`` is 0. Members that left are not held to it
-   (as ``simulations.checks.without_outcome``), unless
+   (as ``sgcs.sim.checks.without_outcome``), unless
    ``outcome_after_leave``.
 
 The checks copy those of ``tests/test_membership_properties.py`` (``Cluster``)

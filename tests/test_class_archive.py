@@ -1,4 +1,4 @@
-"""spark_analysis.class_archive: the driver uses the archive only when a complete one is in place."""
+"""sgcs.analysis.class_archive: the driver uses the archive only when a complete one is in place."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from spark_analysis import build_class_archive, class_archive  # noqa: E402
-from spark_analysis.session import SMALL_INPUT_JVM, driver_java_options  # noqa: E402
+from sgcs.analysis import build_class_archive, class_archive  # noqa: E402
+from sgcs.analysis.session import SMALL_INPUT_JVM, driver_java_options  # noqa: E402
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_the_archive_build_replaces_the_use_of_it(archive: Path) -> None:
 def _child(writes: bytes | None, code: int) -> Any:
     """A stand-in for the child process that dumps the archive: writes ``writes`` to the partial file."""
     def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        assert argv[1:4] == ["-m", "spark_analysis.build_class_archive", "--dump"]
+        assert argv[1:4] == ["-m", "sgcs.analysis.build_class_archive", "--dump"]
         if writes is not None:
             Path(argv[4]).write_bytes(writes)
         return subprocess.CompletedProcess(argv, code, "", "java.lang.OutOfMemoryError: Java heap space\n")

@@ -63,7 +63,7 @@ def test_three_members_one_killed_survivors_agree(capsys: pytest.CaptureFixture[
 @pytest.mark.integration
 def test_trace_records_every_member_and_the_kill_as_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("pyarrow")
-    from simulations import checks
+    from sgcs.sim import checks
 
     run = tmp_path / "run"
     code = main(["demo", "--members", "3", "--duration", "4", "--plain", "--trace", str(run)])

@@ -54,12 +54,12 @@ def test_every_docs_program_runs_twice_as_written(where: str, index: int, until:
         assert "Traceback" not in out and (until in out if until else True), f"{where}#{index}, run {run}:\n{out}"
 
 
-def _run_program(code: str, cwd: Path, until: str | None) -> str:
+def _run_program(code: str, cwd: Path, until: str | None, python: str = sys.executable) -> str:
     if until is None:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=60)
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    process = subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, cwd=cwd)
     seen: list[str] = []
     watchdog = threading.Timer(30.0, process.kill)  # a program that prints nothing would block readline

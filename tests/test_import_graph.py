@@ -61,3 +61,16 @@ def test_console_script_target_exists() -> None:
     module, _, function = scripts["sgcs"].partition(":")
     assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), scripts["sgcs"]
     assert f"def {function}(" in (ROOT / (module.replace(".", "/") + ".py")).read_text()
+
+
+def test_every_package_is_installed_and_nothing_generic_at_the_top() -> None:
+    """pyproject lists packages by hand (two folders install inside sgcs):
+    a new subpackage must be added there, and only ``sgcs`` is top-level."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {"sgcs": "sgcs", **setup["package-dir"]}  # package -> folder
+    wanted = set()
+    for top, folder in folders.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            wanted.add(".".join((top, *init.parent.relative_to(ROOT / folder).parts)))
+    assert set(setup["packages"]) == wanted
+    assert {name.split(".")[0] for name in setup["packages"]} == {"sgcs"}

@@ -1,7 +1,7 @@
 """Membership under faults: a stateful property test over 3 to 6 real
 ``Node``s sharing one in-memory network, and scripted scenarios.
 
-``Cluster`` plays the driver for the nodes (as ``simulations.simulator``
+``Cluster`` plays the driver for the nodes (as ``sgcs.sim.simulator``
 does: addresses are node ids, a group multicast reaches every live node that
 joined the group). The network holds every datagram in flight until a rule
 delivers it (in any order, maybe twice), drops it, or lets the whole network
@@ -13,7 +13,7 @@ exception may escape a node. At the end the faults stop, every pause ends,
 the network becomes lossless, and every live node must install one and the
 same view holding exactly the live nodes, in which they delivered the same
 messages (invariants 5 and 6 for the last view); the whole trace is then
-checked again by ``simulations.checks.violations``.
+checked again by ``sgcs.sim.checks.violations``.
 
 The scripted tests at the bottom are failures this machine (or a real run)
 found, reduced to a few steps.
@@ -282,7 +282,7 @@ class Cluster(MemoryNetwork[Node]):
 
     def check_whole_trace(self) -> None:
         """Invariants 1, 2, 5 and 7 once more, by the pandas checks of
-        simulations.checks. Those read the trace as a pandas frame, so they need
+        sgcs.sim.checks. Those read the trace as a pandas frame, so they need
         the ``analysis`` extra (pyarrow, pandas); without it only the incremental
         checks above (``problems``, asserted after every step) hold a run to
         the invariants, and ``test_the_whole_trace_cross_check_runs`` says so
@@ -291,14 +291,14 @@ class Cluster(MemoryNetwork[Node]):
             return
         import pyarrow as pa
 
-        from simulations.checks import violations
+        from sgcs.sim.checks import violations
         from sgcs.trace import events_schema
 
         schema = events_schema()
         rows = [{name: row.get(name) for name in schema.names} for row in self.rows]
         found = violations(pa.Table.from_pylist(rows, schema=schema).to_pandas())
         bad = {k: v for k, v in found.items() if v and k.startswith(("1_", "2_", "5_", "7_"))}
-        assert not bad, f"simulations.checks found violations: {bad}"
+        assert not bad, f"sgcs.sim.checks found violations: {bad}"
 
 
 _CHECKS = {

@@ -16,7 +16,9 @@ SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 MODULES = ("pkg.a", "pkg.sub.b")
 
 
-def _tree(root: Path, compiled: bool = True, shared: bool = True) -> None:
+def _tree(root: Path, compiled: bool = True, shared: bool = True, checkout: bool = True) -> None:
+    if checkout:
+        (root / "pyproject.toml").write_text("")
     for module in MODULES:
         source = Path(_compiled.source_of(module, str(root)))
         source.parent.mkdir(parents=True, exist_ok=True)
@@ -40,6 +42,21 @@ def test_a_source_edited_after_the_build_makes_the_whole_set_stale(tmp_path: Pat
     os.utime(_compiled.source_of("pkg.sub.b", str(tmp_path)), (3_000, 3_000))
     mode, why = _compiled.choose(str(tmp_path), MODULES, {})
     assert mode == "stale" and "b.py" in why
+
+
+def test_an_installed_wheel_is_never_stale(tmp_path: Path) -> None:
+    """Outside a checkout (no pyproject.toml beside the package) the files'
+    times are the installer's, not edits: extensions present means native."""
+    _tree(tmp_path, checkout=False)
+    os.utime(_compiled.source_of("pkg.sub.b", str(tmp_path)), (3_000, 3_000))
+    assert _compiled.choose(str(tmp_path), MODULES, {})[0] == "native"
+
+
+def test_setup_py_compiles_the_modules_sgcs_expects() -> None:
+    text = (Path(__file__).resolve().parent.parent / "setup.py").read_text()
+    listed = text[text.index("NATIVE_MODULES = ("):text.index(")", text.index("NATIVE_MODULES = ("))]
+    paths = [m.replace(".", "/") + ".py" for m in _compiled.NATIVE_MODULES]
+    assert [p for p in paths if f'"{p}"' not in listed] == [] and listed.count(".py") == len(paths)
 
 
 def test_nothing_built_or_no_shared_library_or_asked_for_is_pure(tmp_path: Path) -> None:

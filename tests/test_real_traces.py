@@ -5,7 +5,7 @@ The first test runs two nodes in this process and checks the trace's shape
 issue's acceptance run: five member processes in one total-order group each
 multicast 500 messages while one of them is killed with SIGKILL partway
 through; the members' shared trace must show no violation of invariants 1 to
-7 (``simulations.checks.violations``). A failure prints the timeline of the
+7 (``sgcs.sim.checks.violations``). A failure prints the timeline of the
 members' views and the harness's actions, and the trace directory.
 ``tests/test_namespaces.py`` runs the second on three hosts (network
 namespaces) through ``five_members_with_a_kill``.
@@ -24,7 +24,7 @@ import pytest
 import trio
 
 import sgcs
-from simulations import checks
+from sgcs.sim import checks
 
 from _net import private_multicast
 from membership_peer import Cluster, converge

@@ -11,7 +11,7 @@ import pytest
 from sgcs import __version__
 from sgcs.apps.cli import main
 from sgcs.node import Node
-from simulations.simulator import SimulationBug
+from sgcs.sim.simulator import SimulationBug
 
 from _scenario import group, scenario_toml
 
@@ -103,3 +103,31 @@ def test_a_bug_prints_seed_and_replay_command(
     assert caught.value.seed == 3 and isinstance(caught.value.__cause__, ZeroDivisionError)
     assert "seed 3" in err and "ZeroDivisionError: deliberate" in err
     assert f"replay with: sgcs simulate {scenario} --out {tmp_path / 'run'} --seed 3 --nodes 8 --duration 1.0" in err
+
+
+@pytest.mark.integration
+def test_simulate_from_a_directory_with_its_own_simulations_package(tmp_path: Path) -> None:
+    """The simulator installs as sgcs.sim: a user's own ``simulations``
+    package in the working directory (first on ``python -m``'s path) is
+    never imported in its place."""
+    (tmp_path / "simulations").mkdir()
+    (tmp_path / "simulations" / "__init__.py").write_text("raise SystemExit('the user package was imported')\n")
+    (tmp_path / "spark_analysis.py").write_text("raise SystemExit('the user module was imported')\n")
+    done = subprocess.run([sys.executable, "-m", "sgcs", "simulate", "--out", "run", "--duration", "1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run" / "meta.json").is_file() and "imported" not in done.stdout + done.stderr
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import sgcs.analysis.command as command
+
+    def no_spark(*args: object) -> int:
+        raise ModuleNotFoundError("No module named 'pyspark'", name="pyspark")
+
+    monkeypatch.setattr(command, "run_analyze", no_spark)
+    assert main(["analyze", "somewhere"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["sgcs analyze: error: this command needs pyspark, which is not installed; run: pip install "
+                   "'sgcs[analysis]'"]

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from sgcs.node import Node
-from simulations import simulator as simulator_module
-from simulations.engine import Engine
-from simulations.network import Network, derive_seed
-from simulations.run import simulate
-from simulations.scenario import NetworkSpec, load_scenario
+from sgcs.sim import simulator as simulator_module
+from sgcs.sim.engine import Engine
+from sgcs.sim.network import Network, derive_seed
+from sgcs.sim.run import simulate
+from sgcs.sim.scenario import NetworkSpec, load_scenario
 
 from _scenario import group, write_scenario
 

@@ -8,9 +8,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from simulations.checks import read_events
-from simulations.run import simulate
-from simulations.scenario import load_scenario
+from sgcs.sim.checks import read_events
+from sgcs.sim.run import simulate
+from sgcs.sim.scenario import load_scenario
 
 from _scenario import group, write_scenario
 

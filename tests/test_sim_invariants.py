@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from simulations.checks import (
+from sgcs.sim.checks import (
     duplicate_deliveries,
     optimistic_view_violations,
     out_of_order_deliveries,
@@ -20,8 +20,8 @@ from simulations.checks import (
     violations,
     virtual_synchrony_violations,
 )
-from simulations.run import simulate
-from simulations.scenario import load_scenario
+from sgcs.sim.run import simulate
+from sgcs.sim.scenario import load_scenario
 
 from _scenario import group
 

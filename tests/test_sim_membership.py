@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from simulations.checks import violations
-from simulations.run import simulate
-from simulations.scenario import load_scenario
+from sgcs.sim.checks import violations
+from sgcs.sim.run import simulate
+from sgcs.sim.scenario import load_scenario
 
 from _scenario import group
 

@@ -1,4 +1,4 @@
-"""A run split over worker processes (``simulations.parallel``) writes the run
+"""A run split over worker processes (``sgcs.sim.parallel``) writes the run
 one process writes: the same rows, every node's rows in the same order."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sgcs.errors import UsageError
-from simulations import simulator as simulator_module
-from simulations.run import simulate
-from simulations.scenario import load_scenario
-from simulations.simulator import SimulationBug
+from sgcs.sim import simulator as simulator_module
+from sgcs.sim.run import simulate
+from sgcs.sim.scenario import load_scenario
+from sgcs.sim.simulator import SimulationBug
 
 from _scenario import group, write_scenario
 
@@ -86,7 +86,7 @@ def test_the_shortest_delay_is_kept(tmp_path: Path) -> None:
     simulate(scenario, tmp_path / "run", progress=False, workers=2)
     assert scenario.network.latency_min_ms == 0.3
     assert scenario.to_json()["network"]["latency_ms"]["min"] == 0.3
-    from simulations.network import Network
+    from sgcs.sim.network import Network
     import numpy as np
     network = Network(scenario.network, seed=1, nodes=10_001)
     _, delays, _ = network.fan_out(0, np.arange(10_001, dtype=np.int64))
@@ -109,7 +109,7 @@ def test_workers_that_cannot_run_are_refused_in_one_line(tmp_path: Path, fields:
 
 
 def test_mailbox_scenarios_run_on_one_worker(tmp_path: Path) -> None:
-    from simulations.scenario import SCENARIOS_DIR
+    from sgcs.sim.scenario import SCENARIOS_DIR
 
     with pytest.raises(UsageError, match="does not run mailbox scenarios"):
         simulate(load_scenario(str(SCENARIOS_DIR / "mailboxes.toml")), tmp_path / "run", progress=False, workers=2)

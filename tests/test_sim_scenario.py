@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sgcs import Order, UsageError
-from simulations.scenario import SCENARIOS_DIR, build_scenario, load_scenario, parse_scenario
+from sgcs.sim.scenario import SCENARIOS_DIR, build_scenario, load_scenario, parse_scenario
 
 BASE: dict[str, Any] = {
     "seed": 7,

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from simulations.run import RunSummary, simulate
-from simulations.scenario import load_scenario
+from sgcs.sim.run import RunSummary, simulate
+from sgcs.sim.scenario import load_scenario
 
 from _scenario import group, write_scenario
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulations.checks import reach, read_events, violations
-from simulations.run import simulate
-from simulations.scenario import load_scenario
+from sgcs.sim.checks import reach, read_events, violations
+from sgcs.sim.run import simulate
+from sgcs.sim.scenario import load_scenario
 
 from _scenario import write_scenario
 

@@ -4,7 +4,7 @@ Spark's start-up and per-job overhead dominate, so one module fixture runs the
 whole analysis once over every trace (hand-made ones and one simulated run) as
 a multi-run report, and the tests read its metrics.json: each invariant's
 violating trace is caught, the clean trace has none, every trace's counts equal
-simulations.checks.violations(), and hand-made traces give known latency,
+sgcs.sim.checks.violations(), and hand-made traces give known latency,
 reliability, load, detection, view-change and occupancy figures.
 """
 
@@ -23,7 +23,7 @@ pytest.importorskip("pyspark")
 import spark_traces  # noqa: E402 (after the importorskip)
 
 from sgcs.apps.cli import main  # noqa: E402
-from simulations import checks  # noqa: E402
+from sgcs.sim import checks  # noqa: E402
 
 from _scenario import group, write_scenario  # noqa: E402
 
@@ -37,7 +37,7 @@ SCENARIO = {
 
 @pytest.fixture(scope="session")
 def spark() -> Any:
-    from spark_analysis.session import spark_session, tune_for_rows
+    from sgcs.analysis.session import spark_session, tune_for_rows
 
     session = spark_session("local[1]", app="sgcs-tests", small_input=True)
     tune_for_rows(session, 0)
@@ -45,8 +45,8 @@ def spark() -> Any:
 
 
 def _simulate(tmp: Path) -> str:
-    from simulations.run import simulate
-    from simulations.scenario import load_scenario
+    from sgcs.sim.run import simulate
+    from sgcs.sim.scenario import load_scenario
 
     simulate(load_scenario(write_scenario(tmp / "scenario.toml", **SCENARIO)), str(tmp / "sim"), progress=False)
     return str(tmp / "sim")
@@ -65,7 +65,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def report(spark: Any, runs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from spark_analysis.command import run_analyze
+    from sgcs.analysis.command import run_analyze
 
     out = tmp_path_factory.mktemp("report")
     stdout = io.StringIO()
@@ -99,7 +99,7 @@ def _checks_counts(run: str) -> dict[str, int]:
     (checks.py applies them to every group and leaves the choice to its caller)."""
     import pandas as pd
 
-    from spark_analysis.invariants import CAUSAL_ORDERS, TOTAL_ORDERS
+    from sgcs.analysis.invariants import CAUSAL_ORDERS, TOTAL_ORDERS
 
     events = checks.read_events(run)
     counts = checks.violations(events)
@@ -118,8 +118,8 @@ def test_invariant_counts_equal_checks_py(report: dict[str, Any], runs: dict[str
 
 
 def test_all_groups_mode_is_checks_py_literally(spark: Any, runs: dict[str, str]) -> None:
-    from spark_analysis.invariants import prepare, total_order
-    from spark_analysis.readers import read_events
+    from sgcs.analysis.invariants import prepare, total_order
+    from sgcs.analysis.readers import read_events
 
     run = runs["4_causal"]  # a causal group: checks.py also counts its total-order inversions
     events = prepare(read_events(spark, [run]))
@@ -128,8 +128,8 @@ def test_all_groups_mode_is_checks_py_literally(spark: Any, runs: dict[str, str]
 
 
 def test_checks_of_orders_absent_from_the_trace_cost_no_job(spark: Any, runs: dict[str, str]) -> None:
-    from spark_analysis.invariants import check_invariants
-    from spark_analysis.readers import read_events
+    from sgcs.analysis.invariants import check_invariants
+    from sgcs.analysis.readers import read_events
 
     run = runs["3_total"]
     events = read_events(spark, [run])
@@ -141,8 +141,8 @@ def test_checks_of_orders_absent_from_the_trace_cost_no_job(spark: Any, runs: di
 
 
 def test_checks_lacking_a_kind_they_join_cost_no_job(spark: Any, runs: dict[str, str]) -> None:
-    from spark_analysis.invariants import check_invariants
-    from spark_analysis.readers import read_events
+    from sgcs.analysis.invariants import check_invariants
+    from sgcs.analysis.readers import read_events
 
     run, key = runs["7_rolled_back_delivered"], "7_rolled_back_delivered"
     events = read_events(spark, [run])

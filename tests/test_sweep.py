@@ -10,8 +10,8 @@ import pytest
 
 from sgcs.apps.cli import main
 from sgcs.errors import UsageError
-from spark_analysis.fit import fit_growth, fit_line
-from spark_analysis.sweep_spec import load_sweep, parse_sweep, set_path
+from sgcs.analysis.fit import fit_growth, fit_line
+from sgcs.analysis.sweep_spec import load_sweep, parse_sweep, set_path
 
 SWEEPS = Path(__file__).resolve().parent.parent / "simulations" / "sweeps"
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, NoReturn, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, NoReturn, Sequence
 
 from .. import __version__, _compiled
 from ..errors import UsageError
@@ -32,6 +33,23 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+OPTIONAL = {"pyspark": "analysis", "matplotlib": "analysis", "pyarrow": "sim", "pandas": "sim",
+            "prometheus_client": "metrics"}
+"""Libraries of an extra (pyproject.toml): a command that needs a missing one says which extra brings it."""
+
+
+@contextmanager
+def _extra_needed() -> Iterator[None]:
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in OPTIONAL:
+            raise
+        raise UsageError(f"this command needs {top}, which is not installed; run: pip install "
+                         f"'sgcs[{OPTIONAL[top]}]'") from None
 
 
 def _add_simulate(parser: argparse.ArgumentParser) -> None:
@@ -51,11 +69,11 @@ def _add_simulate(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    # Submodules, not the package: an editable install made before
-    # simulations/__init__.py existed maps "simulations" as a namespace.
-    from simulations.run import simulate
-    from simulations.scenario import load_scenario
-    from simulations.simulator import SimulationBug
+    # The simulator installs as sgcs.sim (the repository's simulations/ folder).
+    with _extra_needed():
+        from sgcs.sim.run import simulate
+        from sgcs.sim.scenario import load_scenario
+        from sgcs.sim.simulator import SimulationBug
 
     scenario = load_scenario(args.scenario, seed=args.seed, nodes=args.nodes, duration=args.duration)
     try:
@@ -131,9 +149,10 @@ def _add_sweep(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
-    from spark_analysis.sweep import run_sweep
+    with _extra_needed():
+        from sgcs.analysis.sweep import run_sweep
 
-    return run_sweep(args.sweep, args.out, master=args.master, parallel=args.parallel, progress=args.progress)
+        return run_sweep(args.sweep, args.out, master=args.master, parallel=args.parallel, progress=args.progress)
 
 
 def _add_analyze(parser: argparse.ArgumentParser) -> None:
@@ -146,9 +165,10 @@ def _add_analyze(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
-    from spark_analysis.command import run_analyze
+    with _extra_needed():  # pyspark is imported once the runs are read
+        from sgcs.analysis.command import run_analyze
 
-    return run_analyze(args.runs, args.out, args.master, args.progress)
+        return run_analyze(args.runs, args.out, args.master, args.progress)
 
 
 def _add_chat(parser: argparse.ArgumentParser) -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from sgcs.apps.cli import main
 from sgcs.services.mailboxes.messages import Mail
-from simulations.mailboxes import MailboxSimulator
-from simulations.mailreport import Ledger, summarise
-from simulations.scenario import SCENARIOS_DIR
+from sgcs.sim.mailboxes import MailboxSimulator
+from sgcs.sim.mailreport import Ledger, summarise
+from sgcs.sim.scenario import SCENARIOS_DIR
 
 SHIPPED = SCENARIOS_DIR / "mailboxes.toml"
 
@@ -61,7 +61,7 @@ def test_the_sgcs_trace_below_the_mail_keeps_every_invariant(shipped: tuple[dict
     """Restarted post offices start new unicast streams (their ids never
     repeat), and a survivor starts a new stream to them: before that, each
     restart showed as duplicates and FIFO breaks of the unicasts below."""
-    from simulations.checks import read_events, violations
+    from sgcs.sim.checks import read_events, violations
 
     _, out = shipped
     found = violations(read_events(out))
