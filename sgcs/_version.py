@@ -2,4 +2,4 @@
 it, and modules inside the package (the trace recorder) read it from here, so
 none of them imports the package it belongs to (an import cycle)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

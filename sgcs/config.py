@@ -74,6 +74,10 @@ class Order(str, enum.Enum):
 
 HEARTBEAT_FORMS = ("roster", "pairs", "ring")
 PROMISE_MODES = ("auto", "direct", "gossip")
+KEY_DERIVATIONS = ("hkdf", "hmac-v1")
+SECRET_MIN = 16
+"""Bytes of a secret at least: a captured datagram lets anyone test guesses
+of the secret offline, at the speed of HMAC."""
 MAX_UDP_PAYLOAD = 65_507
 MIN_DATAGRAM = 512
 MTU_SAFE_DATAGRAM = 1_400
@@ -92,7 +96,12 @@ class Config:
     """Human-readable name of this node, used in logs and the demo."""
     secret: bytes = field(default=b"", repr=False)
     """Group secret (never shown in a repr); datagrams are authenticated with a key derived from it.
-    At least 8 bytes."""
+    At least 16 bytes (``SECRET_MIN``); ``sgcs keygen`` prints a random one."""
+    key_derivation: str = "hkdf"
+    """How keys are derived from the secret: ``hkdf`` (HKDF-SHA256 with a salt
+    and a label per key), or ``hmac-v1``, the scheme of sgcs before 0.2, only
+    to talk to members that still use it (secrets of 8 bytes allowed). Every
+    member of a group must choose the same."""
     encrypt: bool = False
     """Encrypt datagram bodies with AES-256-GCM under keys derived from the
     secret. Every member of a group must choose the same."""
@@ -356,8 +365,13 @@ def _validate(config: Config) -> None:
     if config.bundle_size < config.max_datagram:
         raise UsageError(f"Config.bundle_size ({config.bundle_size}) must be at least Config.max_datagram "
                          f"({config.max_datagram}); for no bundling beyond one datagram set both alike")
-    if not isinstance(config.secret, bytes) or len(config.secret) < 8:
-        raise UsageError("Config.secret must be at least 8 bytes, shared by every member of the group")
+    if config.key_derivation not in KEY_DERIVATIONS:
+        raise UsageError(f"Config.key_derivation must be one of {', '.join(KEY_DERIVATIONS)}, "
+                         f"got {config.key_derivation!r}")
+    least = SECRET_MIN if config.key_derivation == "hkdf" else 8
+    if not isinstance(config.secret, bytes) or len(config.secret) < least:
+        raise UsageError(f"Config.secret must be at least {least} bytes, shared by every member of the group "
+                         "(sgcs keygen prints a random one)")
     if config.node_id is not None and not (
         isinstance(config.node_id, int) and 0 <= config.node_id < 2**63
     ):

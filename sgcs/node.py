@@ -174,7 +174,8 @@ class Node:
         self.trace = trace
         self._resolve = resolve
         # nonces: (incarnation, salt) differ per start, the counter per datagram
-        self._sealer = Sealer(config.secret, node_id, incarnation << 32 | salt & 0xFFFFFFFF, config.encrypt)
+        self._sealer = Sealer(config.secret, node_id, incarnation << 32 | salt & 0xFFFFFFFF, config.encrypt,
+                              config.key_derivation)
         self._replay = ReplayWindow()
         self._verified_memo = verified_memo
         self.params = Params.of(config)

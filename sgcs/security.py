@@ -38,7 +38,7 @@ import hmac
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .wire import derive_key, seal
+from .wire import derive_key, hkdf, seal
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -54,14 +54,15 @@ MAX_CIPHER_KEYS = 4_096
 class Cipher:
     """AES-256-GCM with one key per sender, derived from the group secret."""
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, scheme: str = "hkdf") -> None:
         try:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError:  # pragma: no cover - a dependency of sgcs
             raise UsageError("encryption needs the 'cryptography' package: pip install cryptography") from None
         self._aesgcm = AESGCM
         # its own label: independent of the authentication key (``wire.derive_key``)
-        self._master = hmac.digest(secret, b"sgcs/v1/datagram-encrypt", "sha256")
+        self._master = hmac.digest(secret, b"sgcs/v1/datagram-encrypt", "sha256") if scheme == "hmac-v1" \
+            else hkdf(secret, b"sgcs datagram encryption")
         self._keys: dict[int, AESGCM] = {}
 
     def _for(self, sender: int) -> "AESGCM":
@@ -92,9 +93,9 @@ class Cipher:
 class Sealer:
     """Seals one node's datagrams, each under a fresh (boot, counter)."""
 
-    def __init__(self, secret: bytes, sender: int, boot: int, encrypt: bool = False) -> None:
-        self.key = derive_key(secret)
-        self.cipher = Cipher(secret) if encrypt else None
+    def __init__(self, secret: bytes, sender: int, boot: int, encrypt: bool = False, scheme: str = "hkdf") -> None:
+        self.key = derive_key(secret, scheme)
+        self.cipher = Cipher(secret, scheme) if encrypt else None
         self.sender = sender
         self.boot = boot
         self.counter = 0

@@ -144,10 +144,26 @@ class LeaveMsg:
     group_tag: int
 
 
-def derive_key(secret: bytes) -> bytes:
-    """The datagram authentication key; a separate label per purpose keeps
-    later keys (encryption) independent of this one."""
-    return hmac.digest(secret, b"sgcs/v1/datagram-auth", "sha256")
+KEY_SALT = b"sgcs/v2 datagram keys"
+"""HKDF's salt (RFC 5869): public, fixed, so every member derives the same keys."""
+
+
+def derive_key(secret: bytes, scheme: str = "hkdf") -> bytes:
+    """The datagram authentication key. ``hkdf`` (the default): HKDF-SHA256
+    with ``KEY_SALT`` and a label per purpose, so the encryption key
+    (``security.Cipher``) is independent of this one. ``hmac-v1``: the keys
+    of sgcs before 0.2 (one HMAC of the secret), for members that must talk
+    to older ones (``Config.key_derivation``)."""
+    if scheme == "hmac-v1":
+        return hmac.digest(secret, b"sgcs/v1/datagram-auth", "sha256")
+    return hkdf(secret, b"sgcs datagram authentication")
+
+
+def hkdf(secret: bytes, label: bytes) -> bytes:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return bytes(HKDF(algorithm=hashes.SHA256(), length=32, salt=KEY_SALT, info=label).derive(secret))
 
 
 def group_tag(name: str) -> int:

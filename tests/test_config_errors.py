@@ -47,7 +47,10 @@ def test_a_value_of_the_wrong_type_names_the_field_and_its_range(name: str) -> N
 
 
 @pytest.mark.parametrize("fields, expected", [
-    ({"secret": b"short"}, "Config.secret must be at least 8 bytes"),
+    ({"secret": b"short"}, "Config.secret must be at least 16 bytes"),
+    ({"secret": b"fifteen-bytes!!"}, "Config.secret must be at least 16 bytes"),
+    ({"secret": b"1234567", "key_derivation": "hmac-v1"}, "Config.secret must be at least 8 bytes"),
+    ({"key_derivation": "md5"}, "Config.key_derivation must be one of hkdf, hmac-v1"),
     ({"node_id": -1}, r"Config.node_id must be an int in \[0, 2\*\*63\)"),
     ({"name": ""}, "Config.name must be a non-empty string"),
     ({"optimistic": "yes"}, "Config.optimistic must be true or false"),

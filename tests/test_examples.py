@@ -219,7 +219,7 @@ def test_chat_help_describes_the_command() -> None:
     ("args", "expected"),
     [
         (["--order", "random"], "invalid choice"),
-        (["--secret", "short"], "must be at least 8 bytes"),
+        (["--secret", "short"], "must be at least 16 bytes"),
         (["--multicast-group", "10.0.0.1"], "multicast_group must be in 224.0.0.0/4"),
         (["--peers", "nowhere"], "peers entries must be 'host:port'"),
     ],

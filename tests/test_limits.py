@@ -151,14 +151,14 @@ def test_proposals_that_only_grow_keep_one_sent_under_entry() -> None:
 
 
 def test_joining_with_more_members_than_max_members_is_a_usage_error() -> None:
-    node = Node(ME, Config(secret=b"limits-secret", max_members=3), random.Random(0))
+    node = Node(ME, Config(secret=b"limits-test-secret", max_members=3), random.Random(0))
     with pytest.raises(UsageError, match=r"Config.max_members is 3"):
         node.join("g", 0.0, members=[1, 2, 3, 4])
     assert node.groups == ()
 
 
 def test_a_node_joins_at_most_max_groups() -> None:
-    node = Node(ME, Config(secret=b"limits-secret"), random.Random(0))
+    node = Node(ME, Config(secret=b"limits-test-secret"), random.Random(0))
     for i in range(MAX_GROUPS):
         node.join(f"g{i}", 0.0, members=[ME])
     with pytest.raises(UsageError, match=f"at most {MAX_GROUPS} groups"):
@@ -213,9 +213,9 @@ def test_promises_by_gossip_keep_no_state_for_members_that_do_not_send() -> None
 
 def test_new_limit_fields_are_validated_with_their_range() -> None:
     with pytest.raises(UsageError, match=r"Config.max_members must be in \[2, 32000\], got 1"):
-        Config(secret=b"limits-secret", max_members=1)
+        Config(secret=b"limits-test-secret", max_members=1)
     with pytest.raises(UsageError, match=r"Config.reassembly_timeout must be in \[0.1, 86400.0\]"):
-        Config(secret=b"limits-secret", reassembly_timeout=0.0)
+        Config(secret=b"limits-test-secret", reassembly_timeout=0.0)
 
 
 # ---------------------------------------------------------------------- floods from one source

@@ -49,7 +49,7 @@ else:
 """The pandas cross-check of ``Cluster.check_whole_trace`` runs (the ``analysis`` extra is installed)."""
 
 GROUP = "g"
-CONFIG = Config(secret=b"test-secret-123", view_timeout=0.3, beacon_interval=0.3)
+CONFIG = Config(secret=b"test-secret-12345", view_timeout=0.3, beacon_interval=0.3)
 KEY = derive_key(CONFIG.secret)
 MAX_NODES = 6
 LATENCY = 0.001

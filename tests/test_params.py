@@ -13,7 +13,7 @@ from sgcs.transport.framing import fragment_size
 from sgcs.transport.params import Params
 
 SECRET = b"params-test-secret"
-NOT_PROTOCOL = {"name", "secret", "encrypt", "node_id", "bind_host", "port", "multicast_group", "multicast_port",
+NOT_PROTOCOL = {"name", "secret", "key_derivation", "encrypt", "node_id", "bind_host", "port", "multicast_group", "multicast_port",
                 "multicast_ttl", "multicast_loop", "use_multicast", "peers", "app_queue"}
 """``Config`` fields that only the trio driver and the API read: the node's
 identity, its sockets and its application queue."""

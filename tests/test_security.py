@@ -22,13 +22,17 @@ from sgcs.actions import Deliver
 from sgcs.config import Config
 from sgcs.node import Node
 from sgcs.security import ReplayWindow, Sealer
-from sgcs.wire import Flag, MsgType, encode_leave, LeaveMsg
+from sgcs.wire import Flag, MsgType, derive_key, encode_leave, LeaveMsg
 
 from _memnet import Datagram, MemoryNetwork, recording
 from _net import private_multicast
 
 SECRET = b"security-test-secret"
 PAYLOAD = b"attack at dawn #%d"
+HKDF_KEY = "697ffa96cca818469fc8ec0eb8fc005f918d44dcdcab9d18a50ded5ccf9c7c83"
+"""HKDF-SHA256(salt b"sgcs/v2 datagram keys", info b"sgcs datagram authentication") of bytes 0..15,
+computed apart from the code by RFC 5869's two HMACs."""
+HMAC_V1_KEY = "15ff20369c04496bcbfb75ed667b16ecd7b8c47bd6a63d6cc97cf072f7c654f3"
 
 
 class Network(MemoryNetwork[Node]):
@@ -36,8 +40,8 @@ class Network(MemoryNetwork[Node]):
     in-memory network, lossless and FIFO; every datagram it carries is
     recorded in ``captured``."""
 
-    def __init__(self, n: int, encrypt: bool) -> None:
-        config = Config(secret=SECRET, encrypt=encrypt)
+    def __init__(self, n: int, encrypt: bool, key_derivation: str = "hkdf") -> None:
+        config = Config(secret=SECRET, encrypt=encrypt, key_derivation=key_derivation)
         super().__init__({i: Node(i, config, random.Random(i), resolve=lambda m: m, incarnation=1, salt=i)
                           for i in range(1, n + 1)})
         self.captured: list[Datagram] = []
@@ -104,6 +108,23 @@ def test_encryption_hides_payloads_and_plain_does_not() -> None:
         visible = any(b"attack at dawn" in data for _, _, data in net.captured)
         assert visible is not encrypt, f"encrypt={encrypt}: payload visible on the wire: {visible}"
         assert len(net.delivered(1)) == len(net.delivered(2)) == 10
+
+
+def test_keys_come_from_hkdf_and_the_former_scheme_is_kept_apart() -> None:
+    """The derivation is part of the wire: pinned here. Members of the two
+    schemes do not hear each other; each scheme works among its own."""
+    secret = bytes(range(16))
+    assert derive_key(secret).hex() == HKDF_KEY
+    assert derive_key(secret, "hmac-v1").hex() == HMAC_V1_KEY
+    for encrypt in (False, True):
+        hkdf, v1 = Network(2, encrypt), Network(2, encrypt, "hmac-v1")
+        hkdf.exchange(1)
+        v1.exchange(1)
+        assert len(hkdf.delivered(1)) == len(v1.delivered(1)) == 2
+        (src, dst, data) = v1.captured[0]
+        assert not hkdf.accepted(dst, src, data)
+        (src, dst, data) = hkdf.captured[0]
+        assert not v1.accepted(dst, src, data)
 
 
 def test_a_group_does_not_mix_plain_and_encrypted_datagrams() -> None:

@@ -50,8 +50,10 @@ TAG_G = "6c767cd8aedb30bc"  # blake2b-64("g")
 
 
 def _independent_tag(hex_signed: str) -> str:
-    """The MAC computed without sgcs code: HMAC-SHA256 under the derived key, 16 bytes."""
-    key = hmac.new(b"golden-secret", b"sgcs/v1/datagram-auth", hashlib.sha256).digest()
+    """The MAC computed without sgcs code: HMAC-SHA256 under the derived key
+    (HKDF-SHA256, RFC 5869: extract with the salt, expand with the label), 16 bytes."""
+    prk = hmac.new(b"sgcs/v2 datagram keys", b"golden-secret", hashlib.sha256).digest()
+    key = hmac.new(prk, b"sgcs datagram authentication\x01", hashlib.sha256).digest()
     return hmac.new(key, bytes.fromhex(hex_signed), hashlib.sha256).digest()[:16].hex()
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from .. import __version__, _compiled
 from .bench_member import STAMP, MemberSpec
-from ..config import MIN_DATAGRAM, MAX_UDP_PAYLOAD, Config, Order
+from ..config import MIN_DATAGRAM, MAX_UDP_PAYLOAD, SECRET_MIN, Config, Order
 from ..errors import SgcsError, UsageError
 from .members import KILL_GRACE, Child, Lines, private_network, spawn, stop_all
 
@@ -119,8 +119,8 @@ class BenchOptions:
             raise UsageError(f"--rate must be a positive number of messages per second, got {self.rate}")
         if self.timeout is not None and not self.timeout > 0:
             raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout}")
-        if self.secret is not None and len(self.secret) < 8:
-            raise UsageError("--secret must be at least 8 bytes")
+        if self.secret is not None and len(self.secret) < SECRET_MIN:
+            raise UsageError(f"--secret must be at least {SECRET_MIN} bytes (sgcs keygen prints one)")
         known = {f.name for f in dataclasses.fields(Config)}
         unknown = [name for name, _ in self.settings if name not in known]
         if unknown:
@@ -128,7 +128,7 @@ class BenchOptions:
         reserved = {name for name, _ in self.settings} & BENCH_OWNED
         if reserved:
             raise UsageError(f"--set {sorted(reserved)[0]}: the bench sets that field itself (see its own option)")
-        Config(secret=b"check-settings", **dict(self.settings))  # a bad field or value: UsageError, one line
+        Config(secret=b"check-settings-only", **dict(self.settings))  # a bad field or value: UsageError, one line
 
     def default_timeout(self) -> float:
         """Generous: 300 s, plus 5 ms per delivery per member, plus a paced run's length."""

@@ -54,7 +54,7 @@ from ..api import (
     Delivery, Event, GroupHandle, MemberBusy, MemberSuspected, NotDelivered, OptimisticView, Rollback,
     TransitionalView, ViewChange, open_node,
 )
-from ..config import Config
+from ..config import SECRET_MIN, Config
 from ..errors import UsageError
 from .members import first_failure
 
@@ -100,8 +100,8 @@ def print_line(line: str) -> None:
 def resolve_secret(given: str | None) -> bytes | None:
     """``--secret``, else ``$SGCS_SECRET``; None when neither gives one."""
     secret = given if given is not None else os.environ.get(SECRET_ENV)
-    if secret is not None and len(secret.encode()) < 8:
-        raise UsageError(f"the secret (--secret or ${SECRET_ENV}) must be at least 8 bytes")
+    if secret is not None and len(secret.encode()) < SECRET_MIN:
+        raise UsageError(f"the secret (--secret or ${SECRET_ENV}) must be at least {SECRET_MIN} bytes (sgcs keygen prints one)")
     return None if secret is None else secret.encode()
 
 

@@ -99,7 +99,7 @@ def _add_bench(parser: argparse.ArgumentParser) -> None:
                         help="messages per second per member, paced (default: as fast as flow control allows)")
     parser.add_argument("--max-datagram", type=int, default=None, metavar="B",
                         help="Config.max_datagram in bytes (default: the Config default)")
-    parser.add_argument("--secret", help="group secret, at least 8 bytes (default: random for this run)")
+    parser.add_argument("--secret", help="group secret, at least 16 bytes (default: random for this run)")
     parser.add_argument("--encrypt", action="store_true",
                         help="encrypt datagram bodies with AES-256-GCM (Config.encrypt) to measure its cost")
     parser.add_argument("--timeout", type=float, metavar="S",
@@ -184,7 +184,7 @@ def _add_chat(parser: argparse.ArgumentParser) -> None:
 
 def _add_network(parser: argparse.ArgumentParser) -> None:
     """The secret and network options of a member that joins by discovery (chat, stats)."""
-    parser.add_argument("--secret", help="group secret, at least 8 bytes (default: $SGCS_SECRET, else a public "
+    parser.add_argument("--secret", help="group secret, at least 16 bytes (default: $SGCS_SECRET, else a public "
                                          "demo secret, with a warning)")
     parser.add_argument("--bind", metavar="ADDR", help="this machine's address on the network the members share "
                                                        "(default 127.0.0.1: this machine only; docs/multi-host.md)")

@@ -37,7 +37,7 @@ from sgcs.wire import Control, Flag, HelloMsg, LeaveMsg, MsgType
 
 from _memnet import Datagram, MemoryNetwork
 
-SECRET = b"fuzz-secret"
+SECRET = b"fuzz-secret-16-bytes"
 KEY = wire.derive_key(SECRET)
 GROUP = "g"
 TAG = wire.group_tag(GROUP)

@@ -17,7 +17,7 @@ WAIT = 20.0
 
 
 def config(network: dict[str, Any], name: str) -> sgcs.Config:
-    return sgcs.Config(name=name, secret=b"mailbox-test", beacon_interval=0.1, **network)
+    return sgcs.Config(name=name, secret=b"mailbox-test-secret", beacon_interval=0.1, **network)
 
 
 FAST = Settings(retry_initial=0.2, retry_max=0.5)
