@@ -407,3 +407,54 @@ def test_depth_is_kept_by_triggers_and_recounted_at_open(tmp_path: Path) -> None
     reopened = QueueStore(tmp_path / "d.db", fsync="off", max_depth=3)
     with pytest.raises(QueueFull):
         reopened.put("q", b"e")
+
+
+def test_a_message_released_delivery_limit_times_goes_to_the_dead_letter_queue(tmp_path: Path) -> None:
+    """RabbitMQ's delivery limit: a poison message is handed out at most
+    ``delivery_limit`` times; released again (or its consumer dies, or a
+    transaction rolls back), it moves to the dead-letter queue, fresh."""
+    store = QueueStore(tmp_path / "q.db", fsync="off")
+    store.bind("jobs", delivery_limit=2, dead_letter="jobs.dead")
+    store.put_many("jobs", [(b"poison", 5), (b"fine", 0)])
+    first = store.get("jobs", "c1")
+    assert first[0].body == b"poison" and store.release([first[0].tag]) == 1
+    second = store.get("jobs", "c2")
+    assert second[0].body == b"poison" and second[0].deliveries == 2
+    store.release_consumer("c2")  # its consumer died: the limit is reached
+    (fine,) = store.get("jobs", "c3", 5)
+    assert fine.body == b"fine" and store.ack([fine.tag]) == 1
+    (dead,) = store.get("jobs.dead", "monitor")
+    assert (dead.body, dead.priority, dead.deliveries) == (b"poison", 5, 1) and store.dead_lettered == 1
+    assert store.info("jobs").ready == 0 and store.info("jobs.dead").leased == 1
+    store.close()
+    reopened = QueueStore(tmp_path / "q.db", fsync="off")  # the policy is in the file
+    reopened.put("jobs", b"again")
+    with reopened.transaction() as tx:
+        tx.get("jobs")
+        tx.rollback()
+    (m,) = reopened.get("jobs", "c4")
+    reopened.release([m.tag])
+    assert reopened.get("jobs", "c5") == []
+    assert [m.body for m in reopened.get("jobs.dead", "monitor", 5)] == [b"poison", b"again"]
+
+
+def test_a_message_past_its_ttl_is_dead_lettered_not_handed_out(tmp_path: Path) -> None:
+    store = QueueStore(tmp_path / "q.db", fsync="off")
+    store.bind("orders", dead_letter="expired")
+    store.bind("plain")
+    store.put_many("orders", [(b"late", 0)], ttl=10.0, now=1_000.0)
+    store.put_many("orders", [(b"kept", 0)], now=1_000.0)
+    store.put_many("plain", [(b"gone", 0)], ttl=1.0, now=1_000.0)
+    got = store.get("orders", "c", 5, now=1_005.0)  # within the TTL: handed out
+    assert [m.body for m in got] == [b"late", b"kept"] and store.ack([m.tag for m in got]) == 2
+    store.put_many("orders", [(b"late2", 0)], ttl=10.0, now=1_000.0)
+    assert [m.body for m in store.get("orders", "d", 5, now=1_011.0)] == []  # expired at 1,010
+    assert [m.body for m in store.get("expired", "e", 5)] == [b"late2"]
+    assert store.expire_ttl(now=1_002.0) == 1  # "plain" has no dead-letter queue: a dead message
+    assert store.info("plain").dead == 1 and store.get("plain", "c") == []
+    with pytest.raises(UsageError, match="ttl must be positive"):
+        store.put_many("orders", [(b"x", 0)], ttl=0)
+    with pytest.raises(UsageError, match="its own dead-letter queue"):
+        store.bind("orders", dead_letter="orders")
+    with pytest.raises(UsageError, match="delivery_limit"):
+        store.bind("orders", delivery_limit=0)

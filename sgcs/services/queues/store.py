@@ -59,6 +59,7 @@ import enum
 import os
 import sqlite3
 import struct
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -103,10 +104,17 @@ END;
 CREATE TRIGGER IF NOT EXISTS depth_delete AFTER DELETE ON messages BEGIN
     UPDATE depth SET n = n - 1 WHERE queue = OLD.queue;
 END;
+CREATE TRIGGER IF NOT EXISTS depth_move AFTER UPDATE OF queue ON messages BEGIN
+    UPDATE depth SET n = n - 1 WHERE queue = OLD.queue;
+    INSERT INTO depth VALUES(NEW.queue, 1) ON CONFLICT(queue) DO UPDATE SET n = n + 1;
+END;
 CREATE TABLE IF NOT EXISTS seen(origin INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(origin, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS floors(origin INTEGER PRIMARY KEY, floor INTEGER NOT NULL);
 """
 _AUDIT = "CREATE TABLE IF NOT EXISTS audit(msg_id BLOB NOT NULL);"
+_ADDED_COLUMNS = (("queues", "delivery_limit", "INTEGER"), ("queues", "dead_letter", "TEXT"),
+                  ("messages", "expires_at", "REAL"))
+"""Columns added after the first schema: a store file written before gets them at open."""
 
 
 class QueueFull(SgcsError):
@@ -239,12 +247,18 @@ class QueueStore:
         self._db.execute(f"PRAGMA synchronous={FSYNC_MODES[fsync]}")
         self._create_schema()
         self.origin = self._origin()
+        self.dead_lettered = 0
+        """Messages moved to a dead-letter queue (or made dead) for their delivery limit or TTL."""
         self.recovered_leases = self._release_all()
         self._tx_counter = 0
 
     # ------------------------------------------------------------ plumbing
 
     def _create_schema(self) -> None:
+        self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+        for table, column, kind in _ADDED_COLUMNS:
+            if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         script = _SCHEMA + (_AUDIT if self.audit else "")
         # Depths are recounted at open (O(messages), once): a file written before the
         # triggers existed, or by any other writer, starts right.
@@ -274,8 +288,10 @@ class QueueStore:
 
     def _release_all(self) -> int:
         with self._tx():
-            return self._db.execute(
+            released = self._db.execute(
                 "UPDATE messages SET state=0, owner=NULL, lease_until=NULL WHERE state=1").rowcount
+            self._retire_over_limit()
+            return released
 
     def close(self) -> None:
         self._db.close()
@@ -288,11 +304,27 @@ class QueueStore:
 
     # ------------------------------------------------------------ bind / unbind
 
-    def bind(self, queue: str) -> None:
-        """Create the queue, or bind it again (a draining queue accepts sends again)."""
+    def bind(self, queue: str, *, delivery_limit: int | None = None, dead_letter: str | None = None) -> None:
+        """Create the queue, or bind it again (a draining queue accepts sends
+        again), with its policy: a message handed out ``delivery_limit`` times
+        and released (or whose consumer died) is not handed out again, and a
+        message whose TTL passed neither; both go to the ``dead_letter`` queue
+        (bound here if it is not), or become dead messages (``purge_dead``)."""
         check_queue_name(queue)
+        if delivery_limit is not None and (type(delivery_limit) is not int or delivery_limit < 1):
+            raise UsageError(f"delivery_limit must be a positive int or None, got {delivery_limit!r}")
+        if dead_letter is not None and (check_queue_name(dead_letter) == queue):
+            raise UsageError(f"queue {queue!r} cannot be its own dead-letter queue")
         with self._tx():
-            self._db.execute("INSERT INTO queues VALUES(?, 0) ON CONFLICT(name) DO UPDATE SET draining=0", (queue,))
+            for name, limit, dlq in ((dead_letter, None, None), (queue, delivery_limit, dead_letter)):
+                if name is None:
+                    continue
+                if name == dead_letter and self.is_bound(name):
+                    continue  # keep the dead-letter queue's own policy
+                self._db.execute(
+                    "INSERT INTO queues(name, draining, delivery_limit, dead_letter) VALUES(?, 0, ?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET draining=0, delivery_limit=excluded.delivery_limit, "
+                    "dead_letter=excluded.dead_letter", (name, limit, dlq))
 
     def is_bound(self, queue: str) -> bool:
         return self._db.execute("SELECT 1 FROM queues WHERE name=?", (queue,)).fetchone() is not None
@@ -347,9 +379,15 @@ class QueueStore:
         return self.put_many(queue, [(body, priority)], [msg_id] if msg_id is not None else None)[0]
 
     def put_many(self, queue: str, items: Sequence[tuple[bytes, int]],
-                 msg_ids: Sequence[bytes] | None = None) -> list[bytes]:
-        """Commit ``(body, priority)`` pairs in one transaction (a group commit); returns their ids."""
+                 msg_ids: Sequence[bytes] | None = None, *, ttl: float | None = None,
+                 now: float | None = None) -> list[bytes]:
+        """Commit ``(body, priority)`` pairs in one transaction (a group commit); returns their ids.
+        ``ttl``: seconds (wall clock, ``now`` or ``time.time()``) after which a message still
+        not received is dead-lettered instead of handed out."""
         rows = [(check_body(body), check_priority(priority)) for body, priority in items]
+        if ttl is not None and (not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not ttl > 0):
+            raise UsageError(f"ttl must be positive seconds or None, got {ttl!r}")
+        expires = None if ttl is None else (time.time() if now is None else now) + ttl
         ids = list(msg_ids) if msg_ids is not None else [os.urandom(16) for _ in rows]
         if len(ids) != len(rows) or not all(isinstance(i, bytes) and 0 < len(i) <= 64 for i in ids):
             raise UsageError("msg_ids must give one id of 1 to 64 bytes per message")
@@ -358,15 +396,18 @@ class QueueStore:
         if not self._room(queue, len(rows)):
             raise QueueFull(f"queue {queue!r} holds its max_depth of {self.max_depth} messages")
         with self._tx():
-            self._db.executemany("INSERT INTO messages(queue, priority, msg_id, body) VALUES(?, ?, ?, ?)",
-                                 [(queue, priority, msg_id, body) for (body, priority), msg_id in zip(rows, ids)])
+            self._db.executemany(
+                "INSERT INTO messages(queue, priority, msg_id, body, expires_at) VALUES(?, ?, ?, ?, ?)",
+                [(queue, priority, msg_id, body, expires) for (body, priority), msg_id in zip(rows, ids)])
         return ids
 
     # ------------------------------------------------------------ receive
 
-    def get(self, queue: str, consumer: str, count: int = 1, *, lease_until: float | None = None) -> list[Message]:
+    def get(self, queue: str, consumer: str, count: int = 1, *, lease_until: float | None = None,
+            now: float | None = None) -> list[Message]:
         """Lease up to ``count`` ready messages to ``consumer``: highest priority first,
-        FIFO inside a priority. Empty list: nothing ready."""
+        FIFO inside a priority. Empty list: nothing ready. Messages whose TTL
+        passed (by ``now``, default ``time.time()``) are dead-lettered first."""
         if not isinstance(consumer, str) or not consumer:
             raise UsageError("consumer must be a non-empty str naming who will ack")
         if type(count) is not int or count < 1:
@@ -374,6 +415,7 @@ class QueueStore:
         if not self.is_bound(queue):
             raise UsageError(f"queue {queue!r} is not bound here; bind it first")
         with self._tx():
+            self._retire_expired(time.time() if now is None else now, queue)
             rows = self._db.execute(
                 "SELECT seq, priority, msg_id, body, deliveries FROM messages WHERE queue=? AND state=0 "
                 "ORDER BY priority DESC, seq LIMIT ?", (queue, count)).fetchall()
@@ -407,21 +449,56 @@ class QueueStore:
         sql += " AND owner=?" if consumer is not None else ""
         with self._tx():
             # rowcount, not total_changes: the depth triggers change rows too
-            return int(self._db.executemany(sql, [(t, consumer) if consumer is not None else (t,) for t in tags]).rowcount)
+            done = int(self._db.executemany(sql, [(t, consumer) if consumer is not None else (t,)
+                                                  for t in tags]).rowcount)
+            self._retire_over_limit()
+            return done
 
     def release_consumer(self, consumer: str) -> int:
         """The consumer died: everything leased to it is ready again."""
         with self._tx():
-            return self._db.execute(
+            done = self._db.execute(
                 "UPDATE messages SET state=0, owner=NULL, lease_until=NULL WHERE state=1 AND owner=?",
                 (consumer,)).rowcount
+            self._retire_over_limit()
+            return done
 
     def expire(self, now: float) -> int:
         """Leases whose deadline passed become ready again; returns how many."""
         with self._tx():
-            return self._db.execute(
+            done = self._db.execute(
                 "UPDATE messages SET state=0, owner=NULL, lease_until=NULL "
                 "WHERE state=1 AND lease_until IS NOT NULL AND lease_until <= ?", (now,)).rowcount
+            self._retire_over_limit()
+            return done
+
+    def expire_ttl(self, now: float | None = None) -> int:
+        """Dead-letter every ready message whose TTL passed (wall clock); returns how many."""
+        with self._tx():
+            return self._retire_expired(time.time() if now is None else now, None)
+
+    def _retire_over_limit(self) -> int:
+        """Inside a transaction: ready messages handed out ``delivery_limit`` times go to the dead letters."""
+        return self._retire(
+            "SELECT m.seq, q.dead_letter FROM messages m JOIN queues q ON q.name = m.queue WHERE m.state = 0 "
+            "AND q.delivery_limit IS NOT NULL AND m.deliveries >= q.delivery_limit", ())
+
+    def _retire_expired(self, now: float, queue: str | None) -> int:
+        where = "" if queue is None else " AND m.queue = ?"
+        return self._retire(
+            "SELECT m.seq, q.dead_letter FROM messages m LEFT JOIN queues q ON q.name = m.queue WHERE m.state = 0 "
+            "AND m.expires_at IS NOT NULL AND m.expires_at <= ?" + where, (now,) if queue is None else (now, queue))
+
+    def _retire(self, select: str, args: tuple[object, ...]) -> int:
+        """Move the selected messages to their queue's dead-letter queue (a fresh message
+        there: no TTL, no deliveries), or make them dead where the queue has none."""
+        rows = self._db.execute(select, args).fetchall()
+        moved = [(dlq, seq) for seq, dlq in rows if dlq is not None and self.is_bound(dlq)]
+        self._db.executemany("UPDATE messages SET queue=?, deliveries=0, expires_at=NULL WHERE seq=?", moved)
+        dead = [(seq,) for seq, dlq in rows if dlq is None or not self.is_bound(dlq)]
+        self._db.executemany("UPDATE messages SET state=2 WHERE seq=?", dead)
+        self.dead_lettered += len(rows)
+        return len(rows)
 
     def transaction(self) -> Transaction:
         """A transactional receive (and send): see ``Transaction``."""
