@@ -193,3 +193,34 @@ async def test_a_full_remote_queue_pushes_back_and_nothing_is_lost(tmp_path: Pat
                 got += len(batch)
         assert a.store.xmit_count() == 0 or got == 200
         assert len(b.store.audit_counts()) == 200 and set(b.store.audit_counts().values()) == {1}
+
+
+async def test_a_push_consumer_with_a_delivery_limit_and_a_dead_letter_queue(tmp_path: Path) -> None:
+    """``consume`` hands messages over as they come; a message released
+    ``delivery_limit`` times lands in the dead-letter queue, as does one
+    whose TTL passed; ttl on a remote target is refused in one line."""
+    net = private_multicast(beacon_interval=0.1)
+    async with sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db") as a:
+        a.bind("jobs", delivery_limit=2, dead_letter="jobs.dead")
+        await a.put("jobs", b"poison", 9)
+        await a.put("jobs", b"work", 0)
+        seen: list[tuple[bytes, int]] = []
+        with trio.fail_after(WAIT):
+            async for message in a.consume("jobs"):
+                seen.append((message.body, message.deliveries))
+                if message.body == b"poison":
+                    await a.release([message])  # fails twice: dead-lettered
+                else:
+                    await a.ack([message])
+                if len(seen) == 3:
+                    break
+        assert seen == [(b"poison", 1), (b"poison", 2), (b"work", 1)]
+        dead = await a.get("jobs.dead", timeout=5)
+        assert dead.body == b"poison" and dead.deliveries == 1
+        await a.put("jobs", b"stale", ttl=0.05)
+        await trio.sleep(0.1)
+        with pytest.raises(TimeoutError):
+            await a.get("jobs", timeout=0.2)
+        assert (await a.get("jobs.dead", timeout=5)).body == b"stale"
+        with pytest.raises(sgcs.UsageError, match="ttl applies to a queue of this node"):
+            await a.put("jobs@b", b"x", ttl=5)

@@ -128,8 +128,15 @@ class QueueManager:
                 return store
         return None
 
-    def bind(self, queue: str, *, durable: bool = True) -> None:
-        """Create (or bind again) a local queue, durable (SQLite file) or in memory."""
+    def bind(self, queue: str, *, durable: bool = True, delivery_limit: int | None = None,
+             dead_letter: str | None = None) -> None:
+        """Create (or bind again) a local queue, durable (SQLite file) or in memory.
+
+        ``delivery_limit``: a message handed out that many times and released
+        (or whose consumer left, or whose lease ran out) is not handed out
+        again but moved to ``dead_letter`` (a queue of the same store, bound
+        if needed), or kept as a dead message when there is none. A message
+        put with a ``ttl`` that passes unreceived goes the same way."""
         check_queue_name(queue)
         target = self.store if durable else self.memory
         other = self.memory if durable else self.store
@@ -137,7 +144,7 @@ class QueueManager:
             raise UsageError(f"queue {queue!r} is already bound as a {'memory' if durable else 'durable'} queue")
         if durable and not self.store.durable:
             raise UsageError("a durable queue needs a store file: open the queue manager with path=...")
-        target.bind(queue)
+        target.bind(queue, delivery_limit=delivery_limit, dead_letter=dead_letter)
 
     def unbind(self, queue: str, rule: Unbind = Unbind.LOWEST) -> bool:
         store = self._store_of(queue)
@@ -158,14 +165,17 @@ class QueueManager:
 
     # ------------------------------------------------------------ send
 
-    async def put(self, target: str, body: bytes, priority: int = 0) -> None:
-        """Send one message to ``queue`` here or ``queue@node``; returns once committed locally."""
-        await self.put_many(target, [(body, priority)])
+    async def put(self, target: str, body: bytes, priority: int = 0, *, ttl: float | None = None) -> None:
+        """Send one message to ``queue`` here or ``queue@node``; returns once committed locally.
+        ``ttl``: seconds after which it is dead-lettered if still unreceived (local queues)."""
+        await self.put_many(target, [(body, priority)], ttl=ttl)
 
-    async def put_many(self, target: str, items: Sequence[tuple[bytes, int]]) -> None:
+    async def put_many(self, target: str, items: Sequence[tuple[bytes, int]], *, ttl: float | None = None) -> None:
         """Send ``(body, priority)`` pairs in one commit."""
         queue, node = split_target(target)
         if node is not None and node != self.name:
+            if ttl is not None:
+                raise UsageError("ttl applies to a queue of this node; a message to QUEUE@NODE has none")
             self.store.enqueue_remote(node, queue, items)
             self._forward_now.set()
             return
@@ -174,7 +184,7 @@ class QueueManager:
             raise UsageError(f"queue {queue!r} is not bound here; bind it first")
         while True:
             try:
-                store.put_many(queue, items)
+                store.put_many(queue, items, ttl=ttl)
                 break
             except QueueFull:
                 await self._wait_changed(None)  # block until receivers make room
@@ -188,6 +198,20 @@ class QueueManager:
         return store.transaction()
 
     # ------------------------------------------------------------ receive
+
+    async def consume(self, target: str, *, prefetch: int = 1, lease: float = 30.0) -> AsyncIterator[Message]:
+        """Push consumer: every message of ``target`` as it comes, highest
+        priority first, for ever (until the manager closes). Each is leased
+        for ``lease`` seconds; ``ack`` it, or ``release`` it for redelivery.
+        ``prefetch`` messages are fetched at a time.
+
+            async for message in qm.consume("jobs"):
+                work(message.body)
+                await qm.ack([message])
+        """
+        while True:
+            for message in await self.get_many(target, prefetch, lease=lease):
+                yield message
 
     async def get(self, target: str, *, timeout: float | None = None, lease: float = 30.0) -> Message:
         """Receive one message (highest priority first); raises ``TimeoutError``
@@ -466,7 +490,7 @@ class QueueManager:
         while True:
             await trio.sleep(0.5)
             now = trio.current_time()
-            if self.store.expire(now) + self.memory.expire(now):
+            if self.store.expire(now) + self.memory.expire(now) + self.store.expire_ttl() + self.memory.expire_ttl():
                 self._changed.set()
                 self._changed = trio.Event()
                 self._serve_all_parked()
