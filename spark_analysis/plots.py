@@ -58,8 +58,9 @@ def latency_cdf(cdf: Any, out: Path) -> str | None:
 
 
 def reliability_histogram(hist: Any, bins: int, out: Path) -> str | None:
-    """Share of messages per reliability bin (1.0 is its own bar)."""
-    if hist.empty:
+    """Share of messages per reliability bin (1.0 is its own bar); nothing
+    when every message is in that bar (the report says so in words)."""
+    if hist.empty or hist.loc[hist["share"] > 0, "low"].min() >= 1.0:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     runs = list(dict.fromkeys(hist["run"]))
@@ -98,14 +99,19 @@ def occupancy(series: Any, out: Path) -> str | None:
     """Buffered records and window occupancy over time: mean and max over nodes."""
     if series is None or series.empty:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
-    for ax, metric in zip(axes, ("buffered", "window")):
+    # The flow window counts the unstable records that are buffered: the two
+    # series are often equal, and then one panel says it.
+    same = all((series[f"buffered_{k}"] == series[f"window_{k}"]).all() for k in ("max", "mean"))
+    metrics = ("buffered",) if same else ("buffered", "window")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics) + (1 if same else 0), 4.5),
+                             sharex=True, squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
         for (run, group), rows in series.groupby(["run", "group"], sort=False):
             name = f"{label(run)} {group}"
             ax.plot(rows["t"], rows[f"{metric}_max"], label=f"{name} max")
             ax.plot(rows["t"], rows[f"{metric}_mean"], linestyle="--", label=f"{name} mean")
         ax.set_xlabel("t (s)")
-        ax.set_ylabel(metric)
+        ax.set_ylabel("buffered = flow window in use" if same else metric)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle("Buffer and flow-window occupancy")

@@ -150,3 +150,11 @@ def test_the_api_reference_builds_without_warnings(tmp_path: Path) -> None:
     assert {"sgcs.html", "sgcs/blocking.html", "sgcs/metrics.html", "sgcs/services/queues.html",
             "sgcs/services/flows.html", "sgcs/services/handles.html", "sgcs/services/mailboxes.html"} <= pages
     assert "open_queue_manager" in (tmp_path / "sgcs" / "services" / "queues.html").read_text()
+
+
+def test_the_readme_chart_is_drawn_from_the_benchmark_history(tmp_path: Path) -> None:
+    assert "](docs/performance-history.png)" in README and (ROOT / "docs" / "performance-history.png").is_file()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "readme_chart.py"), str(tmp_path / "c.png")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"

@@ -288,3 +288,18 @@ def test_a_run_without_events_is_not_a_trace(tmp_path: Path, capsys: pytest.Capt
         part.unlink()
     assert main(["analyze", str(run)]) == 2
     assert "no events/*.parquet" in capsys.readouterr().err
+
+
+def test_a_reliability_histogram_is_drawn_only_when_some_message_missed_someone(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from sgcs.analysis import plots
+
+    everyone = pd.DataFrame({"run": ["r", "r"], "low": [0.9, 1.0], "share": [0.0, 1.0]})
+    assert plots.reliability_histogram(everyone, 10, tmp_path) is None
+    some = pd.DataFrame({"run": ["r", "r"], "low": [0.9, 1.0], "share": [0.01, 0.99]})
+    assert plots.reliability_histogram(some, 10, tmp_path) == "reliability.png"
+    equal = pd.DataFrame({"run": ["r"] * 2, "group": ["g"] * 2, "t": [0.0, 1.0], "buffered_max": [3, 4],
+                          "buffered_mean": [1.0, 2.0], "window_max": [3, 4], "window_mean": [1.0, 2.0]})
+    assert plots.occupancy(equal, tmp_path) == "occupancy.png"
+    assert plots.occupancy(equal.assign(window_max=[1, 1]), tmp_path) == "occupancy.png"
