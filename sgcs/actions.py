@@ -140,6 +140,9 @@ class ViewInstalled:
     """Members that left gracefully."""
     failed: tuple[int, ...] = ()
     """Members excluded as failed (or unresponsive during the change)."""
+    names: tuple[tuple[int, str], ...] = ()
+    """(member, name) of the members whose ``Config.name`` this node has heard
+    (filled in by the driver, which asks the node)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Union
 
@@ -132,6 +132,11 @@ class ViewChange:
     from a view of its own (a partition). Treat it as a new process: what it
     held is gone. A ``TransitionalView`` before this event names the members
     that did move with you."""
+
+    names: Mapping[int, str] = field(default_factory=dict, hash=False)
+    """``Config.name`` of the members whose name this node has heard (each
+    member tells its own to a group it joins, and hears the others' answers).
+    Names are for people; ids are identity (two members may share a name)."""
 
     @property
     def view(self) -> View:
@@ -230,7 +235,8 @@ def _event_of(action: AppEvent) -> Event:
         return action  # the node's output is the public event
     if isinstance(action, ViewInstalled):
         return ViewChange(
-            action.view_id, action.members, action.group, tuple(action.joined), tuple(action.left), tuple(action.failed)
+            action.view_id, action.members, action.group, tuple(action.joined), tuple(action.left),
+            tuple(action.failed), dict(action.names)
         )
     if isinstance(action, actions.OptimisticView):
         return OptimisticView(action.view_id, action.members, action.group)
@@ -380,6 +386,11 @@ class NodeHandle:
     @property
     def name(self) -> str:
         return self._driver.config.name
+
+    def name_of(self, member: int) -> str | None:
+        """``member``'s ``Config.name``, if this node has heard it (None otherwise):
+        to show a ``Delivery.sender`` to people."""
+        return self._driver.node.name_of(member)
 
     @property
     def config(self) -> Config:

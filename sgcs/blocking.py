@@ -291,6 +291,10 @@ class BlockingNode:
         """The driver's counters: send and receive errors, discarded events."""
         return self._read(self._handle.io_statistics)
 
+    def name_of(self, member: int) -> str | None:
+        """``member``'s ``Config.name``, if this node has heard it."""
+        return self._read(lambda: self._handle.name_of(member))
+
     def join(
         self, name: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None
     ) -> BlockingGroup:

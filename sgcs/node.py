@@ -94,6 +94,8 @@ MAX_PEERS = 65_536
 """Addresses remembered; past the cap new peers are not learned (their
 datagrams are still handled, replies fall back to ``resolve``)."""
 MAX_GROUPS = 1_024
+NAMES_MAX = 65_536
+"""Members' names kept at most (``Node.name_of``); the oldest learnt goes first."""
 MAX_LEFT = 1_024
 """Groups left whose last message number a node remembers (``Node._ended_at``);
 past it the oldest is forgotten, and a rejoin of that group numbers from
@@ -177,6 +179,9 @@ class Node:
         self._sealer = Sealer(config.secret, node_id, incarnation << 32 | salt & 0xFFFFFFFF, config.encrypt,
                               config.key_derivation)
         self._replay = ReplayWindow()
+        self._names: dict[int, str] = {}
+        self._hello_name = "" if config.key_derivation == "hmac-v1" else config.name
+        """Our name in HELLOs; none under the former keys, whose members expect the former layout."""
         self._verified_memo = verified_memo
         self.params = Params.of(config)
         """The protocol's parameters, built here once and shared by every layer of this node."""
@@ -534,6 +539,8 @@ class Node:
 
     def _on_hello(self, header: Header, body: bytes, src: Address, now: float) -> list[Action]:
         msg = decode_hello_untrusted(body)
+        if msg.name:
+            self._learn_name(header.sender, msg.name)
         state = self._member_group(msg.group_tag)
         if state is None:
             return []
@@ -551,7 +558,7 @@ class Node:
                 self._route(out, state, state.merge_joiner(header.sender, now))
                 self._drain(out, state, now)
         if msg.reply_wanted:
-            reply = encode_hello(HelloMsg(state.tag, state.order, False))
+            reply = encode_hello(HelloMsg(state.tag, state.order, False, self._hello_name))
             self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
         return out
 
@@ -616,7 +623,7 @@ class Node:
         out = self._drop("order_mismatch")
         state.reject(member)
         if msg.reply_wanted:
-            reply = encode_hello(HelloMsg(state.tag, state.order, False))
+            reply = encode_hello(HelloMsg(state.tag, state.order, False, self._hello_name))
             self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
         elif state.joining:
             del self._groups[state.name]
@@ -836,8 +843,19 @@ class Node:
         else:
             self._emit(out, Send(to, self._sealer.seal(beacon.msg_type, Flag.NONE, beacon.body), beacon.msg_type))
 
+    def _learn_name(self, member: int, name: str) -> None:
+        names = self._names
+        if member not in names and len(names) >= NAMES_MAX:
+            del names[next(iter(names))]  # the longest known: names are hints, ids are identity
+        names[member] = name
+
+    def name_of(self, member: int) -> str | None:
+        """``member``'s ``Config.name`` as its HELLO gave it (None: not heard;
+        the members of a group tell theirs to each joiner, and a joiner to them)."""
+        return self.config.name if member == self.id else self._names.get(member)
+
     def _multicast_hello(self, out: list[Action], state: GroupStack, reply_wanted: bool) -> None:
-        body = encode_hello(HelloMsg(state.tag, state.order, reply_wanted))
+        body = encode_hello(HelloMsg(state.tag, state.order, reply_wanted, self._hello_name))
         data = self._sealer.seal(MsgType.HELLO, Flag.NONE, body)
         self._emit(out, Multicast(data, MsgType.HELLO, state.name))
 

@@ -137,6 +137,9 @@ class HelloMsg:
     group_tag: int
     order: Order
     reply_wanted: bool
+    name: str = ""
+    """The sender's ``Config.name``, at most ``NAME_MAX`` bytes of UTF-8 after
+    the fixed part ("": none, the layout of sgcs before 0.2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,17 +301,24 @@ class VerifiedMemo:
 _HELLO = struct.Struct("!QBB")
 
 
+NAME_MAX = 64
+"""Bytes of a member's name a HELLO carries at most (a longer name is cut)."""
+
+
 def encode_hello(msg: HelloMsg) -> bytes:
-    return _HELLO.pack(msg.group_tag, ORDER_CODES.index(msg.order), int(msg.reply_wanted))
+    name = msg.name.encode()[:NAME_MAX]
+    return _HELLO.pack(msg.group_tag, ORDER_CODES.index(msg.order), int(msg.reply_wanted)) + name
 
 
 def decode_hello_untrusted(body: bytes) -> HelloMsg:
-    if len(body) != _HELLO.size:
+    if not _HELLO.size <= len(body) <= _HELLO.size + NAME_MAX:
         raise DecodeError("length", "hello body")
-    tag, order_code, reply = _HELLO.unpack(body)
+    tag, order_code, reply = _HELLO.unpack_from(body)
     if order_code >= len(ORDER_CODES) or reply > 1:
         raise DecodeError("body", f"hello order {order_code} reply {reply}")
-    return HelloMsg(tag, ORDER_CODES[order_code], bool(reply))
+    # a name cut inside a character keeps what decodes; another member's bad UTF-8 is replaced, never raised
+    name = body[_HELLO.size:].decode("utf-8", "replace").rstrip("\ufffd") if len(body) > _HELLO.size else ""
+    return HelloMsg(tag, ORDER_CODES[order_code], bool(reply), name)
 
 
 _LEAVE = struct.Struct("!Q")

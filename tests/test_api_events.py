@@ -97,8 +97,13 @@ async def test_driver_routes_every_app_event_to_the_group_queue() -> None:
         actions.TransitionalView("g", "v1.1-a", (1,)),
     ]
 
+    class Node:
+        @staticmethod
+        def name_of(member: int) -> str | None:
+            return None
+
     class Probe:  # the parts of a driver the routes touch
-        timings, _me, got = Timings(), 1, list[object]()
+        timings, _me, got, node = Timings(), 1, list[object](), Node()
 
         def _to_app(self, action: object) -> None:
             self.got.append(action)
@@ -118,6 +123,24 @@ async def test_driver_routes_every_app_event_to_the_group_queue() -> None:
 
 def make_config(name: str, network: dict[str, Any]) -> sgcs.Config:
     return sgcs.Config(name=name, secret=SECRET, beacon_interval=0.1, **network)
+
+
+@pytest.mark.integration
+async def test_members_learn_each_others_names_from_their_hellos(network: dict[str, Any]) -> None:
+    """``Config.name`` reaches the others: in each ``ViewChange.names`` and
+    from ``name_of``, on both sides of a join (the joiner's HELLO, the
+    members' answers); a node knows its own name."""
+    async with sgcs.open_node(make_config("ann", network)) as a, a.join("g") as ga, \
+            sgcs.open_node(make_config("bob", network)) as b, b.join("g") as gb:
+        for group, me in ((ga, a), (gb, b)):
+            with trio.fail_after(WAIT):
+                while True:
+                    event = await group.receive()
+                    if isinstance(event, sgcs.ViewChange) and len(event.members) == 2:
+                        break
+            assert event.names == {a.id: "ann", b.id: "bob"}, (me.name, event)
+        assert (a.name_of(b.id), b.name_of(a.id), a.name_of(a.id), a.name_of(12345)) == ("bob", "ann", "ann", None)
+        assert "'bob'" in repr(event)
 
 
 @pytest.mark.integration

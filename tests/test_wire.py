@@ -33,6 +33,7 @@ from sgcs.wire import (
     decode_unicast_untrusted,
     derive_key,
     encode_entries,
+    NAME_MAX,
     encode_hello,
     encode_leave,
     encode_nack,
@@ -127,6 +128,14 @@ GOLDEN = [
         id="hello",
     ),
     pytest.param(
+        lambda: seal(KEY, MsgType.HELLO, Flag.NONE, 2**63 - 1,
+                     encode_hello(HelloMsg(group_tag("chat"), Order.TOTAL, False, "ann"))),
+        "5347" "03" "02" "00" "7fffffffffffffff" "0000000000000000" "0000000000000000",
+        # the fixed part, then the sender's name in UTF-8 to the end of the body
+        "f4b9072f0eaeb42c" "02" "00" "616e6e",
+        id="hello-named",
+    ),
+    pytest.param(
         lambda: seal(KEY, MsgType.LEAVE, Flag.NONE, 0, encode_leave(LeaveMsg(group_tag("chat")))),
         "5347" "03" "03" "00" "0000000000000000" "0000000000000000" "0000000000000000",
         "f4b9072f0eaeb42c",
@@ -193,10 +202,23 @@ def test_a_bad_clock_is_rejected(tail: bytes, what: str) -> None:
             decode(body)
 
 
-@given(tag=st.integers(0, 2**64 - 1), order=st.sampled_from(list(Order)), reply=st.booleans())
-def test_hello_and_leave_round_trip(tag: int, order: Order, reply: bool) -> None:
+@given(tag=st.integers(0, 2**64 - 1), order=st.sampled_from(list(Order)), reply=st.booleans(),
+       name=st.text(max_size=20))
+def test_hello_and_leave_round_trip(tag: int, order: Order, reply: bool, name: str) -> None:
     assert decode_hello_untrusted(encode_hello(HelloMsg(tag, order, reply))) == HelloMsg(tag, order, reply)
+    named = decode_hello_untrusted(encode_hello(HelloMsg(tag, order, reply, name)))
+    assert named == HelloMsg(tag, order, reply, name) or len(name.encode()) > NAME_MAX
     assert decode_leave_untrusted(encode_leave(LeaveMsg(tag))) == LeaveMsg(tag)
+
+
+def test_a_long_name_is_cut_on_a_character_and_garbage_names_never_raise() -> None:
+    long = "é" * 40  # 80 bytes: cut to 64, inside no character
+    assert decode_hello_untrusted(encode_hello(HelloMsg(1, Order.FIFO, False, long))).name == "é" * 32
+    cut = encode_hello(HelloMsg(1, Order.FIFO, False, "ab€"))[:-1]  # half a euro sign
+    assert decode_hello_untrusted(cut).name == "ab"
+    assert decode_hello_untrusted(cut[:-2] + b"\xff\xfe").name.startswith("a")
+    with pytest.raises(DecodeError, match="length"):
+        decode_hello_untrusted(encode_hello(HelloMsg(1, Order.FIFO, False)) + b"x" * (NAME_MAX + 1))
 
 
 DECODERS = [

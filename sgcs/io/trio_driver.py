@@ -82,6 +82,7 @@ nursery and closes the sockets: no task and no socket outlives the block.
 from __future__ import annotations
 
 import enum
+import dataclasses
 import errno
 import math
 import os
@@ -624,7 +625,9 @@ class TrioDriver:
 
     def _change_ended(self, action: ViewInstalled) -> Awaitable[None] | None:
         self.timings.change_ended(action.group, trio.current_time())
-        return self._to_app(action)
+        name_of = self.node.name_of
+        names = tuple((m, name) for m in action.members if (name := name_of(m)) is not None)
+        return self._to_app(dataclasses.replace(action, names=names))
 
     def _not_delivered(self, action: NotDelivered) -> Awaitable[None] | None:
         if action.to is None:
