@@ -20,7 +20,7 @@ from . import _compiled
 _compiled.install()  # before any compiled module is imported: compiled or sources, all or nothing
 
 from ._version import __version__
-from .config import Config, Order
+from .config import Config, Order, secret_from_env
 from .errors import DecodeError, SgcsError, UsageError, WouldBlock
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ __all__ = [
     "ViewChange",
     "__version__",
     "open_node",
+    "secret_from_env",
 ]
 
 # The trio API loads on first use, so the simulator and the protocol modules

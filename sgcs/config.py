@@ -45,6 +45,8 @@ times its interval), a spread, not a duration.
 
 from __future__ import annotations
 
+import os
+
 import dataclasses
 import enum
 import ipaddress
@@ -297,6 +299,23 @@ class Config:
                 raise UsageError(f"unknown config field {key!r}; known: {', '.join(sorted(known))}")
             kwargs[key] = _coerce(key, value, cls.__annotations__[key])
         return cls(**kwargs)
+
+
+SECRET_ENV = "SGCS_SECRET"
+"""The environment variable that holds a group secret (``sgcs keygen`` prints one)."""
+
+
+def secret_from_env(variable: str = SECRET_ENV) -> bytes:
+    """The group secret in ``$SGCS_SECRET`` (its text, as bytes), so that a
+    secret never sits in a program's source: ``export SGCS_SECRET=$(sgcs keygen)``
+    once, with the same value for every member. A missing or short one is a
+    ``UsageError`` that says how to make one."""
+    value = os.environ.get(variable, "")
+    if len(value.encode()) < SECRET_MIN:
+        what = "is not set" if not value else f"has {len(value.encode())} bytes, fewer than {SECRET_MIN}"
+        raise UsageError(f"${variable} {what}; run: export {variable}=$(sgcs keygen), "
+                         "with the same value for every member")
+    return value.encode()
 
 
 def _coerce(key: str, value: Any, annotation: str) -> Any:

@@ -6,6 +6,7 @@ short enough to read."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -54,13 +55,18 @@ def test_every_docs_program_runs_twice_as_written(where: str, index: int, until:
         assert "Traceback" not in out and (until in out if until else True), f"{where}#{index}, run {run}:\n{out}"
 
 
+SECRET = {"SGCS_SECRET": "docs-programs-" + os.urandom(8).hex()}
+"""What ``export SGCS_SECRET=$(sgcs keygen)`` gives the documents' programs."""
+
+
 def _run_program(code: str, cwd: Path, until: str | None, python: str = sys.executable) -> str:
+    env = {**os.environ, **SECRET}
     if until is None:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=60)
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=60, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
     process = subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, cwd=cwd)
+                               text=True, cwd=cwd, env=env)
     seen: list[str] = []
     watchdog = threading.Timer(30.0, process.kill)  # a program that prints nothing would block readline
     watchdog.start()
@@ -132,6 +138,15 @@ def test_the_product_documents_its_own_contracts() -> None:
     assert citing == [], citing
     for contract in ("scenarios.md", "traces.md", "guarantees.md", "architecture.md", "view-change.md"):
         assert (root / "docs" / contract).exists(), contract
+
+
+def test_the_documents_take_their_secret_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not re.search(r'secret=b"', README + "".join(p.read_text() for p in (ROOT / "docs").glob("*.md")))
+    monkeypatch.delenv("SGCS_SECRET", raising=False)
+    with pytest.raises(sgcs.UsageError, match=r"SGCS_SECRET is not set; run: export SGCS_SECRET=\$\(sgcs keygen\)"):
+        sgcs.secret_from_env()
+    monkeypatch.setenv("SGCS_SECRET", "0123456789abcdef")
+    assert sgcs.secret_from_env() == b"0123456789abcdef"
 
 
 def test_keygen_prints_a_fresh_secret_and_refuses_a_short_one(capsys: pytest.CaptureFixture[str]) -> None:

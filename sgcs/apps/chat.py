@@ -54,7 +54,7 @@ from ..api import (
     Delivery, Event, GroupHandle, MemberBusy, MemberSuspected, NotDelivered, OptimisticView, Rollback,
     TransitionalView, ViewChange, open_node,
 )
-from ..config import SECRET_MIN, Config
+from ..config import SECRET_ENV, SECRET_MIN, Config
 from ..errors import UsageError
 from .members import first_failure
 
@@ -64,7 +64,6 @@ MAX_NAME = 32
 """Characters of a display name that a hello carries."""
 MAX_LINE = 64 * 1024
 """Bytes of one input line; a longer one is sent in pieces of this size."""
-SECRET_ENV = "SGCS_SECRET"
 DEMO_SECRET = b"sgcs-chat-demo-secret"
 """The secret when neither ``--secret`` nor ``SGCS_SECRET`` gives one: public
 (it is in the source), so good only for a local demo."""

@@ -27,15 +27,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 from pathlib import Path
 from typing import Callable
 
-from sgcs.config import Config
+from sgcs.config import SECRET_ENV, Config  # $SGCS_SECRET: a remote operation's secret without --config
 from sgcs.errors import UsageError
 
 from .manager import QueueManager, split_target
 from .store import PRIORITIES, Message, QueueStore, Unbind
 
 DEFAULT_STORE = "sgcs-queues.db"
-SECRET_ENV = "SGCS_SECRET"
-"""The group secret of a remote operation without ``--config`` (as ``sgcs chat``)."""
 BULK = 1_000
 """Messages per commit in bulk puts."""
 
