@@ -520,17 +520,6 @@ class ViewAgreement:
             # The change waits until we installed it.
             self._reconsider_at = now + self.params.reconsider_interval
             return []
-        if self.coordination is not None and self.coordination.commit is not None:
-            # Our commit is out and not every member answered INSTALLED (it is
-            # repeated to them). A proposal now would reach a member that missed
-            # the commit; bound to us, it would take our next proposal and never
-            # install the view the others installed: a view installed by only
-            # some of its members (five processes starting together, about 1
-            # run in 40 on loopback; the simulator's 5-node start-up at 1% loss,
-            # about 1 run in 6). The change waits for the answers, at most
-            # ``view_timeout`` (then the silent members are excluded).
-            self._reconsider_at = now + self.params.reconsider_interval
-            return []
         wanted = tuple(sorted(self.wanted()))
         current = self.coordination.proposal.members if self.coordination else self.view.members
         if wanted == current and not (self.diverged and self.coordination is None) and not self._outgrown():
