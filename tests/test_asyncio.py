@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import os
 import re
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def test_readme_asyncio_quick_start_runs_and_delivers_its_own_message() -> None:
     code = _quick_start("asyncio")
     assert len([line for line in code.splitlines() if line.strip()]) <= 12, "about ten lines"
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=ROOT)
+                               text=True, cwd=ROOT, env={**os.environ, "SGCS_SECRET": "asyncio-quick-start-secret"})
     seen = []
     try:
         assert process.stdout is not None

@@ -37,7 +37,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--domain", type=int, required=True)
     p.add_argument("--domains", type=int, required=True)
     p.add_argument("--dir", required=True)
-    p.add_argument("--secret", default="mailboxes")
+    p.add_argument("--secret", default="mailboxes-worker-secret")
     p.add_argument("--multicast-group", required=True)
     p.add_argument("--multicast-port", type=int, required=True)
     p.add_argument("--per-domain", type=int, default=5)
