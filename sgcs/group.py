@@ -385,7 +385,7 @@ class GroupStack:
                                                             incarnation), now)
             return frames + self._answer_deferred(now)
         if type(msg) is Flush:
-            return self.on_agreement(agreement.on_flush(src, msg, now), now)
+            return self.on_agreement(agreement.on_flush(src, msg, now, incarnation), now)
         if type(msg) is CommitMsg:
             return self.on_agreement(agreement.on_commit(src, msg, incarnation), now)
         if type(msg) is InstalledMsg:

@@ -606,7 +606,7 @@ def decode_unicast_untrusted(body: bytes) -> "tuple[int, int, tuple[Record, ...]
 MAX_HEARTBEAT_ENTRIES = 6_000
 """Members per heartbeat datagram (10 bytes each, within one UDP payload);
 longer lists are sent in several datagrams."""
-MAX_ENTRY_LISTS = 5
+MAX_ENTRY_LISTS = 6
 _HEARTBEAT_DTYPE = np.dtype([("member", ">u8"), ("counter", ">u2")])
 MAX_ROSTER_HEARTBEAT_ENTRIES = 30_000
 """Counters per roster heartbeat datagram (2 bytes each)."""

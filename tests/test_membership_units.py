@@ -623,6 +623,59 @@ def test_a_restarted_coordinators_proposal_is_not_its_former_selfs() -> None:
     assert member.on_commit(1, CommitMsg(TAG, 2, 1, 1, ((1, 0), (2, 0)), (), ()), incarnation=1) == []
 
 
+def test_a_restarted_member_is_left_out_of_a_commit_made_from_its_former_selfs_answer() -> None:
+    """Member 2 answered 1's proposal, restarted (incarnation 5 to 6), and
+    answered the repeated proposal again; 1 had already committed with the
+    answer of incarnation 5. The new self must not install that commit (the
+    cut holds its former self's snapshot, and its optimistic messages would be
+    delivered by no one): it is left out, alone, and merges back later."""
+    coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG, incarnation=3)
+    coordinator.joiners[2] = 0
+    (proposal,) = ctl(coordinator.reconsider(0.0), MsgType.PROPOSE)
+    coordinator.on_propose(1, body(proposal), (0, {}), 0.0)
+    coordinator.on_flush(1, _own_flush(coordinator), 0.0)
+    former = ViewAgreement(2, {2}, VIEW, 0.0, TAG, incarnation=5)
+    (flush,) = ctl(former.on_propose(1, body(proposal), (0, {}), 0.0, incarnation=3), MsgType.FLUSH)
+    (commit,) = ctl(coordinator.on_flush(2, body(flush), 0.1, incarnation=5), MsgType.COMMIT)
+    assert dict(body(commit).incarnations) == {1: 3, 2: 5}
+    renewed = ViewAgreement(2, {2}, VIEW, 0.2, TAG, incarnation=6)
+    assert ctl(renewed.on_propose(1, body(proposal), (0, {}), 0.2, incarnation=3), MsgType.FLUSH)
+    (alone,) = only(renewed.on_commit(1, body(commit), incarnation=3), Commit)
+    assert alone.view.members == (2,), "left out: a singleton, not the view made from the former self's answer"
+    (installed,) = only(former.on_commit(1, body(commit), incarnation=3), Commit)
+    assert installed.view.members == (1, 2), "the incarnation that answered installs it"
+
+
+def _own_flush(agreement: ViewAgreement) -> Flush:
+    accepted = agreement.accepted
+    assert accepted is not None
+    return Flush(TAG, accepted.epoch, accepted.attempt, 0, 0, (), 0, coordinator_incarnation=agreement.incarnation)
+
+
+def test_a_coordinator_proposes_again_only_once_every_live_member_installed_its_commit() -> None:
+    """A member that missed the commit would take the next proposal and skip
+    the view the others installed (the simulator's five-member start-up): the
+    coordinator waits for every INSTALLED before it proposes again, except
+    from a member that failed since."""
+    coordinator = ViewAgreement(1, {1, 2, 3}, VIEW, 0.0, TAG, epoch=1)
+    coordinator.joiners[4] = 0
+    (proposal,) = ctl(coordinator.reconsider(0.0), MsgType.PROPOSE)
+    coordinator.on_propose(1, body(proposal), (0, {}), 0.0)
+    coordinator.on_flush(1, _own_flush(coordinator), 0.0)
+    for member in (2, 3, 4):
+        other = ViewAgreement(member, {1, 2, 3} if member < 4 else {4}, VIEW, 0.0, TAG, epoch=1 if member < 4 else 0)
+        (flush,) = ctl(other.on_propose(1, body(proposal), (0, {}), 0.0), MsgType.FLUSH)
+        outputs = coordinator.on_flush(member, body(flush), 0.1)
+    (commit,) = ctl(outputs, MsgType.COMMIT)
+    (own,) = only(coordinator.on_commit(1, body(commit)), Commit)
+    coordinator.installed(own, 0.2)
+    coordinator.on_installed(2, InstalledMsg(TAG, body(commit).epoch, 1))
+    coordinator.on_installed(3, InstalledMsg(TAG, body(commit).epoch, 1))
+    coordinator.joiners[5] = 0
+    assert ctl(coordinator.reconsider(0.3), MsgType.PROPOSE) == [], "4 has not installed: no proposal yet"
+    assert ctl(coordinator.member_failed(4, 0.4), MsgType.PROPOSE), "4 failed: not waited for"
+
+
 def test_lower_proposals_and_foreign_proposals_are_ignored() -> None:
     va = agreements({1, 2, 3})
     high = Propose(TAG, 3, 1, 0, (1, 2, 3))

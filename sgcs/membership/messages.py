@@ -133,9 +133,11 @@ class CommitMsg:
     flushed from (0 for all when they all came from one view), the cut, the
     rollback ranges, per sender that never installed the view a member
     flushed from, the last of its records such a member delivered in it (a
-    fourth list, sent when it or the fifth is not empty: see
-    ``agreement.Commit.foreign``) and the withdrawn ranges (a fifth list,
-    sent when not empty: ``agreement.Commit.withdrawn``)."""
+    fourth list, sent when a later one is not empty: see
+    ``agreement.Commit.foreign``), the withdrawn ranges (a fifth list:
+    ``agreement.Commit.withdrawn``) and, per member, the incarnation whose
+    answer was counted (a sixth list: a restarted member must not install
+    a commit made from its former self's answer)."""
 
     TYPE: ClassVar[MsgType] = MsgType.COMMIT
     group_tag: int
@@ -147,22 +149,20 @@ class CommitMsg:
     rollback: Pairs
     foreign: Pairs = ()
     withdrawn: Pairs = ()
+    incarnations: Pairs = ()
 
     def to_control(self) -> Control:
         lists: tuple[Pairs, ...] = (self.origins, self.cut, self.rollback)
-        if self.withdrawn:
-            lists += (self.foreign, self.withdrawn)
-        elif self.foreign:
-            lists += (self.foreign,)
-        return Control(self.group_tag, self.epoch, self.attempt, self.coordinator, 0, lists)
+        optional = (self.foreign, self.withdrawn, self.incarnations)
+        last = max((i + 1 for i, entries in enumerate(optional) if entries), default=0)
+        return Control(self.group_tag, self.epoch, self.attempt, self.coordinator, 0, lists + optional[:last])
 
     @classmethod
     def from_control(cls, c: Control) -> CommitMsg:
-        _lists(c, 3, 5, "commit")
+        _lists(c, 3, 6, "commit")
         _members(c.lists[0], "commit")
-        foreign = c.lists[3] if len(c.lists) > 3 else ()
-        withdrawn = c.lists[4] if len(c.lists) > 4 else ()
-        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.lists[0], c.lists[1], c.lists[2], foreign, withdrawn)
+        optional = c.lists[3:] + ((),) * (6 - len(c.lists))
+        return cls(c.group_tag, c.epoch, c.attempt, c.a, c.lists[0], c.lists[1], c.lists[2], *optional)
 
     @property
     def members(self) -> tuple[int, ...]:

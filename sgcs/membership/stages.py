@@ -124,8 +124,10 @@ COORDINATING: dict[tuple[Coordinating, Event], tuple[Coordinating, str]] = {
     (Coordinating.PROPOSING, Event.PROPOSE): (Coordinating.PROPOSING, "again: refused (one view per epoch per "
                                                                       "member), silent members dropped, or "
                                                                       "the wanted membership changed"),
-    (Coordinating.CONFIRMING, Event.PROPOSE): (Coordinating.PROPOSING, "the next change, before every "
-                                                                       "INSTALLED of the last one came"),
+    (Coordinating.CONFIRMING, Event.PROPOSE): (Coordinating.PROPOSING, "the next change, once every live "
+                                                                       "member answered INSTALLED (a failed, "
+                                                                       "restarted or leaving one is not "
+                                                                       "waited for)"),
     (Coordinating.PROPOSING, Event.SEND_COMMIT): (Coordinating.CONFIRMING, "SGCS 4.2 phase 2: every proposed "
                                                                            "member answered"),
     (Coordinating.PROPOSING, Event.ABANDON): (Coordinating.IDLE, "a higher proposal, a preempting FLUSH or "
