@@ -398,6 +398,12 @@ class Node:
         state = self._group(group)
         return state.view.view_id, state.view.members
 
+    def answered_change(self, group: str) -> bool:
+        """A view change of ``group`` that we answered (or proposed) is under
+        way here: its commit may be on its way and list us."""
+        state = self._groups.get(group)
+        return state is not None and state.agreement.changing
+
     def waiting_messages(self, group: str) -> dict[str, list[tuple[int, int]]]:
         """(sender, seq) of messages received and not yet delivered, by reason:
         held for a view change, or waiting for their order. For diagnosis."""

@@ -196,6 +196,40 @@ async def test_clean_shutdown_and_graceful_leave(network: dict[str, object]) -> 
     assert task_count(root) == baseline
 
 
+async def test_a_leave_waits_for_the_view_change_it_answered(network: dict[str, object],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member that answered a proposal may be in its commit: it leaves once
+    the change is over (here: held open by hand), or after a bound."""
+    async with sgcs.open_node(make_config(network, "watcher")) as watcher, watcher.join("g") as watch:
+        async with sgcs.open_node(make_config(network, "a")) as a, a.join("g") as group:
+            await view_with(group, a.id, watcher.id)
+            await view_with(watch, a.id, watcher.id)
+            changing = True
+            monkeypatch.setattr(a._driver, "_answered_change", lambda name: changing)
+            done = trio.Event()
+
+            async def leave() -> None:
+                await group.leave()
+                done.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(leave)
+                with trio.move_on_after(0.5):
+                    await done.wait()
+                assert not done.is_set(), "left while the change it answered was under way"
+                assert a.id in watch.view.members
+                changing = False
+                with trio.fail_after(WAIT):
+                    await done.wait()
+            gone = await wait_for(watch, lambda e: isinstance(e, sgcs.ViewChange) and a.id not in e.members)
+            assert isinstance(gone, sgcs.ViewChange)
+            changing = True
+            started = trio.current_time()
+            async with a.join("h"):
+                pass  # a change that never ends here: the leave goes after the bound (1 s)
+            assert 0.9 < trio.current_time() - started < 3.0
+
+
 async def test_peers_without_multicast(network: dict[str, object]) -> None:
     port_a, port_b = free_udp_ports(2)
     unicast_only = {"use_multicast": False}
