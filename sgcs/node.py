@@ -96,6 +96,8 @@ datagrams are still handled, replies fall back to ``resolve``)."""
 MAX_GROUPS = 1_024
 NAMES_MAX = 65_536
 """Members' names kept at most (``Node.name_of``); the oldest learnt goes first."""
+NAMES_ASKED_MAX = 16
+"""Members new to a view whose names a member asks for at most (``Node._ask_names``)."""
 MAX_LEFT = 1_024
 """Groups left whose last message number a node remembers (``Node._ended_at``);
 past it the oldest is forgotten, and a rejoin of that group numbers from
@@ -551,6 +553,10 @@ class Node:
         if state is None:
             return []
         out: list[Action] = []
+        if msg.names_wanted:  # a member of a merged view: it told its name, we tell ours
+            reply = encode_hello(HelloMsg(state.tag, state.order, False, self._hello_name))
+            self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
+            return out
         if msg.order is not state.order:
             return self._order_mismatch(state, header.sender, msg, src, now)
         state.joining = False  # a member with our order answered: we are in
@@ -814,6 +820,25 @@ class Node:
         joined = tuple(sorted(new.member_set - old.member_set | rejoined)) if old.members else ()
         out.append(ViewInstalled(state.name, new.view_id, new.members, joined, left, failed))
         self._trace(out, "view", group=state.name, view_id=new.view_id, members=new.members, optimistic=False)
+        self._ask_names(out, state, joined)
+
+    def _ask_names(self, out: list[Action], state: GroupStack, joined: tuple[int, ...]) -> None:
+        """Joiners tell their names in their HELLO, and the members answering
+        tell theirs; members of a group that formed apart and merged in told
+        us nothing. Ask them (telling ours), when they are at most
+        ``NAMES_ASKED_MAX``: in a merge of two large groups the cost would be
+        quadratic, so only the smaller side's members are named there (the
+        larger side asks them, and each asking tells its own name)."""
+        if not self._hello_name:
+            return  # under the former keys HELLOs carry no names
+        unknown = [m for m in joined if m not in self._names]
+        if not unknown or len(unknown) > NAMES_ASKED_MAX:
+            return
+        body = encode_hello(HelloMsg(state.tag, state.order, False, self._hello_name, names_wanted=True))
+        for member in unknown:
+            address = self._address_of(member)
+            if address is not None:
+                self._emit(out, Send(address, self._sealer.seal(MsgType.HELLO, Flag.NONE, body), MsgType.HELLO))
 
     def _deliver(self, out: list[Action], state: GroupStack, message: Message, dest: int | None,
                  view_id: str) -> None:

@@ -140,6 +140,9 @@ class HelloMsg:
     name: str = ""
     """The sender's ``Config.name``, at most ``NAME_MAX`` bytes of UTF-8 after
     the fixed part ("": none, the layout of sgcs before 0.2)."""
+    names_wanted: bool = False
+    """A member of the sender's view asks for our name, not to join: after a
+    merge of groups that formed apart (reply byte 2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,18 +310,19 @@ NAME_MAX = 64
 
 def encode_hello(msg: HelloMsg) -> bytes:
     name = msg.name.encode()[:NAME_MAX]
-    return _HELLO.pack(msg.group_tag, ORDER_CODES.index(msg.order), int(msg.reply_wanted)) + name
+    reply = 1 if msg.reply_wanted else 2 if msg.names_wanted else 0
+    return _HELLO.pack(msg.group_tag, ORDER_CODES.index(msg.order), reply) + name
 
 
 def decode_hello_untrusted(body: bytes) -> HelloMsg:
     if not _HELLO.size <= len(body) <= _HELLO.size + NAME_MAX:
         raise DecodeError("length", "hello body")
     tag, order_code, reply = _HELLO.unpack_from(body)
-    if order_code >= len(ORDER_CODES) or reply > 1:
+    if order_code >= len(ORDER_CODES) or reply > 2:
         raise DecodeError("body", f"hello order {order_code} reply {reply}")
     # a name cut inside a character keeps what decodes; another member's bad UTF-8 is replaced, never raised
     name = body[_HELLO.size:].decode("utf-8", "replace").rstrip("\ufffd") if len(body) > _HELLO.size else ""
-    return HelloMsg(tag, ORDER_CODES[order_code], bool(reply), name)
+    return HelloMsg(tag, ORDER_CODES[order_code], reply == 1, name, reply == 2)
 
 
 _LEAVE = struct.Struct("!Q")
@@ -598,6 +602,9 @@ def decode_unicast_untrusted(body: bytes) -> "tuple[int, int, tuple[Record, ...]
 # roster heartbeat := roster I | start I | count I | counter H*
 #              (HEARTBEAT_ROSTER: the counters of the members at positions
 #              start.. of the sorted member list whose 32-bit tag is ``roster``)
+# hello     := group_tag Q | order B | reply B | name (UTF-8, at most NAME_MAX bytes)
+#              (reply: 0 none wanted, 1 a joiner wants an answer, 2 a member of
+#              a merged view asks for our name)
 # control   := group_tag Q | epoch Q | attempt I | a Q | b Q | lists B | entries*
 #              (PROBE, PROBE_ACK, ASK, ASK_REPLY, OBITUARY, BEACON, PROPOSE, FLUSH,
 #              COMMIT, INSTALLED; what a, b and each entry list mean is per type, see

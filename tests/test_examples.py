@@ -177,12 +177,12 @@ def chats() -> Iterator[list[Chat]]:
 
 def test_chat_members_talk_list_the_view_whisper_and_leave(chats: list[Chat]) -> None:
     ann, ben, cat = chats
-    ann.wait_for(r"^\* view \S+: 2 members \(\+\d+\)$")  # ben joined: shown by id, his hello comes just after
+    ann.wait_for(r"^\* view \S+: 2 members \(\+ben\)$")  # ben's name came with his join
     for chat in chats:
         chat.wait_for(r"^\* view \S+: 3 members")
         for other in chats:
             if other is not chat:
-                chat.wait_for(rf"^\* {other.name} is member \d+$")  # names travel in hellos
+                chat.wait_for(rf"^\* {other.name} is member \d+$")  # sgcs carries names
     for chat in chats:
         chat.settle()
 
@@ -279,8 +279,8 @@ class FakeGroup:
 
 async def test_network_text_cannot_reach_the_terminal_as_escapes() -> None:
     printed: list[str] = []
-    member = ChatMember(FakeGroup(), "me", printed.append)  # type: ignore[arg-type]
-    await member.show_event(sgcs.Delivery(7, 1, b"H\x1b[2Jeve", "v", "room"))
+    member = ChatMember(FakeGroup(), "me", printed.append, {7: "\x1b[2Jeve"}.get)  # type: ignore[arg-type]
+    await member.show_event(sgcs.Delivery(7, 1, b"Hsomeone", "v", "room"))  # an older chat's hello: ignored
     await member.show_event(sgcs.Delivery(7, 2, b"Thi\x07", "v", "room"))
     await member.show_event(sgcs.Delivery(7, 3, b"\x00\x01binary", "v", "room"))
     assert printed == ["* \ufffd[2Jeve is member 7", "[\ufffd[2Jeve] hi\ufffd",
@@ -288,11 +288,15 @@ async def test_network_text_cannot_reach_the_terminal_as_escapes() -> None:
     assert printable("tab\there") == "tab\ufffdhere"
 
 
-async def test_a_view_that_adds_members_repeats_our_hello() -> None:
-    group, printed = FakeGroup(), []
-    member = ChatMember(group, "me", printed.append)  # type: ignore[arg-type]
+async def test_a_view_shows_members_by_name_once_sgcs_has_told_them() -> None:
+    group, printed = FakeGroup(), list[str]()
+    names = {2: "bea"}
+    member = ChatMember(group, "me", printed.append, names.get)  # type: ignore[arg-type]
     await member.show_event(sgcs.ViewChange("v1", (1,), "room", joined=(1,)))
-    assert group.sent == [] and printed == ["* view v1: 1 member"]
-    await member.show_event(sgcs.ViewChange("v2", (1, 2, 3), "room", joined=(2,), left=(4,), failed=(5,)))
-    assert group.sent == [(b"Hme", None)]
-    assert printed[-1] == "* view v2: 3 members (+2 -4 !5)"
+    assert printed == ["* view v1: 1 member"]
+    await member.show_event(sgcs.ViewChange("v2", (1, 2, 3), "room", joined=(2, 3), left=(4,), failed=(5,)))
+    assert printed[1:] == ["* view v2: 3 members (+bea +3 -4 !5)", "* bea is member 2"]
+    names[3] = "cy"  # told after the view (a merge): introduced with its first line
+    await member.show_event(sgcs.Delivery(3, 1, b"Thi", "v2", "room"))
+    assert printed[3:] == ["* cy is member 3", "[cy] hi"]
+    assert group.sent == [], "no hello of our own: sgcs carries the names"

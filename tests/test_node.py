@@ -130,6 +130,26 @@ def test_join_merges_singletons_and_leave_shrinks_the_view() -> None:
     assert view.members == (1,) and view.left == (2,) and not view.failed
 
 
+def test_groups_that_formed_apart_learn_each_others_names_when_they_merge() -> None:
+    """Names travel in the HELLO of a join; {1, 2} and {3, 4} formed apart
+    (a partition) heard none of each other's. After the merge each member
+    asks the members new to it, telling its own name."""
+    nodes = {i: make_node(i, dataclasses.replace(CONFIG, name=f"n{i}")) for i in (1, 2, 3, 4)}
+    apart = True
+    side = {1: 0, 2: 0, 3: 1, 4: 1}
+    net = MemoryNetwork(nodes, tap=lambda d: None if apart and side[d.src] != side[d.dst] else d)
+    for i, node in nodes.items():
+        net.submit(i, node.join("g", 0.0))
+    net.run(3.0, 0.01)
+    assert {nodes[i].view("g")[1] for i in nodes} == {(1, 2), (3, 4)}
+    assert nodes[1].name_of(2) == "n2" and nodes[1].name_of(3) is None
+    apart = False
+    net.run(8.0, 0.01)
+    assert {nodes[i].view("g")[1] for i in nodes} == {(1, 2, 3, 4)}
+    for i, node in nodes.items():
+        assert {j: node.name_of(j) for j in nodes} == {j: f"n{j}" for j in nodes}, i
+
+
 @pytest.mark.parametrize("order", ["fifo", "total"])
 @pytest.mark.parametrize("wait_for_the_view", [True, False])
 def test_a_member_that_leaves_and_rejoins_from_the_same_node_is_heard(order: str, wait_for_the_view: bool) -> None:

@@ -209,6 +209,8 @@ def test_hello_and_leave_round_trip(tag: int, order: Order, reply: bool, name: s
     named = decode_hello_untrusted(encode_hello(HelloMsg(tag, order, reply, name)))
     assert named == HelloMsg(tag, order, reply, name) or len(name.encode()) > NAME_MAX
     assert decode_leave_untrusted(encode_leave(LeaveMsg(tag))) == LeaveMsg(tag)
+    asking = HelloMsg(tag, order, False, name[:8], names_wanted=True)
+    assert decode_hello_untrusted(encode_hello(asking)) == asking
 
 
 def test_a_long_name_is_cut_on_a_character_and_garbage_names_never_raise() -> None:

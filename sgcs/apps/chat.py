@@ -19,16 +19,14 @@ view change listing this member in ``left``, without waiting for suspicion.
 
 Payload format (version 1): the first byte is a tag, the rest is UTF-8.
 
-``H``  hello: the sender's display name (at most ``MAX_NAME`` characters)
 ``T``  text: one chat line
+``H``  hello of an older chat (its name, which sgcs now carries itself): ignored
 
 Other first bytes are reserved; a message carrying one is shown by its size
-only, so other programs may share the group. A group knows its members by
-id only, so names travel in hellos: a member multicasts one when it joins,
-again after every view that adds members (a message reaches the members of
-the view it is sent in, so newcomers missed the first one), and after a
-rollback of any of its messages (the rolled-back one may have been a
-hello). Until its hello arrives, a member is shown by its id.
+only, so other programs may share the group. Members are shown by their
+``Config.name`` (``--name``), which sgcs tells the other members
+(``NodeHandle.name_of``); a member whose name has not reached us yet is
+shown by its id.
 
 Whatever comes from the network goes through ``printable`` before it
 reaches the terminal, so a peer cannot send escape sequences.
@@ -60,8 +58,6 @@ from .members import first_failure
 
 TAG_HELLO = b"H"
 TAG_TEXT = b"T"
-MAX_NAME = 32
-"""Characters of a display name that a hello carries."""
 MAX_LINE = 64 * 1024
 """Bytes of one input line; a longer one is sent in pieces of this size."""
 DEMO_SECRET = b"sgcs-chat-demo-secret"
@@ -73,10 +69,6 @@ within a moment of starting, and a coordinator's beacon is one small datagram.""
 HELP = "commands: TEXT sends to all, /to ID-OR-NAME TEXT sends to one, /who lists the view, /quit leaves (so does EOF)"
 
 Write = Callable[[str], None]
-
-
-def hello(name: str) -> bytes:
-    return TAG_HELLO + name[:MAX_NAME].encode()
 
 
 def text(line: str) -> bytes:
@@ -115,18 +107,27 @@ def default_name() -> str:
 class ChatMember:
     """One member's conversation: shows the group's events, runs typed lines."""
 
-    def __init__(self, group: GroupHandle, name: str, write: Write = print_line) -> None:
+    def __init__(self, group: GroupHandle, name: str, write: Write = print_line,
+                 name_of: Callable[[int], str | None] = lambda member: None) -> None:
+        """``name_of``: a member's name as sgcs heard it (``NodeHandle.name_of``)."""
         self.group = group
         self.name = name
         self.write = write
-        self.names: dict[int, str] = {group.node_id: name}
-        """Display names by member id, learnt from hellos; pruned to each new view."""
+        self.name_of = name_of
+        self.introduced: set[int] = {group.node_id}
+        """Members whose "NAME is member ID" line was shown; pruned to each new view."""
 
     def label(self, member: int) -> str:
-        return self.names.get(member, str(member))
+        if member == self.group.node_id:
+            return self.name
+        name = self.name_of(member)
+        return str(member) if not name else printable(name)
 
-    async def announce(self) -> None:
-        await self.group.send(hello(self.name))
+    def introduce(self, member: int) -> None:
+        """Show which id a name stands for, once the name is known."""
+        if member not in self.introduced and self.name_of(member):
+            self.introduced.add(member)
+            self.write(f"* {self.label(member)} is member {member}")
 
     # ------------------------------------------------------------ the printer
 
@@ -139,10 +140,9 @@ class ChatMember:
 
     async def _on_delivery(self, event: Delivery) -> None:
         tag, body = event.payload[:1], printable(event.payload[1:].decode(errors="replace"))
+        self.introduce(event.sender)
         if tag == TAG_HELLO:
-            if body and self.names.get(event.sender) != body[:MAX_NAME]:
-                self.names[event.sender] = body[:MAX_NAME]
-                self.write(f"* {self.names[event.sender]} is member {event.sender}")
+            pass  # an older chat's hello: sgcs carries names now
         elif tag == TAG_TEXT:
             private = " (to you)" if event.unicast else ""
             self.write(f"[{self.label(event.sender)}]{private} {body}")
@@ -154,9 +154,9 @@ class ChatMember:
         changes += [f"-{self.label(m)}" for m in event.left] + [f"!{self.label(m)}" for m in event.failed]
         detail = f" ({' '.join(changes)})" if changes else ""
         self.write(f"* view {event.view_id}: {members(len(event.members))}{detail}")
-        self.names = {m: n for m, n in self.names.items() if m in event.members}
-        if any(m != self.group.node_id for m in event.joined):
-            await self.announce()  # the newcomers missed our first hello
+        self.introduced &= set(event.members)
+        for member in event.members:
+            self.introduce(member)
 
     async def _on_optimistic(self, event: OptimisticView) -> None:
         self.write(f"* view change under way: about {members(len(event.members))}")
@@ -165,13 +165,10 @@ class ChatMember:
         senders = sorted({self.label(sender) for sender, _ in event.messages})
         self.write(f"* {len(event.messages)} messages sent during the view change were delivered nowhere"
                    f" (from {', '.join(senders)}); their senders may type them again")
-        if any(sender == self.group.node_id for sender, _ in event.messages):
-            await self.announce()  # it may have been our hello
 
     async def _on_not_delivered(self, event: NotDelivered) -> None:
         self.write(f"* a line you typed during a view change was not delivered here ({event.reason});"
                    " other members may not have it: type it again")
-        await self.announce()  # it may have been our hello
 
     async def _on_transitional(self, event: TransitionalView) -> None:
         self.write(f"* cut off from the others: lines below reached {members(len(event.members))} only")
@@ -223,7 +220,7 @@ class ChatMember:
         members = self.group.view.members
         if who.isdigit() and int(who) in members:
             return int(who)
-        named = [m for m in members if self.names.get(m) == who]
+        named = [m for m in members if self.label(m) == who]
         return named[0] if len(named) == 1 else None
 
     async def _who(self, rest: str) -> bool:
@@ -275,14 +272,13 @@ async def run(config: Config, group: str, order: str = "total", *, trace: str | 
               stdin_fd: int = 0, write: Write = print_line) -> None:
     """Chat in ``group`` until ``/quit`` or the end of input on ``stdin_fd``."""
     async with open_node(config, trace=trace) as node, node.join(group, order=order) as handle:
-        member = ChatMember(handle, config.name, write)
+        member = ChatMember(handle, config.name, write, node.name_of)
         where = ", ".join(config.peers) if not config.use_multicast else \
             f"{config.multicast_group}:{config.multicast_port}"
         write(f"* {config.name} is member {node.id} of {group!r} ({order} order, {where}); /help for commands")
         await member.show_event(await handle.receive())  # the first event is the initial view: shown before any input
         async with trio.lowlevel.FdStream(os.dup(stdin_fd)) as stdin, trio.open_nursery() as nursery:
             nursery.start_soon(member.show_events)
-            await member.announce()
             lines = LineReader(stdin)
             while (line := await lines.next()) is not None and await member.command(line):
                 pass
