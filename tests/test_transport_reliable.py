@@ -260,7 +260,7 @@ def test_a_newcomer_whose_copy_starts_at_the_cut_takes_part_in_that_streams_all_
     ignore the stream's floors and its successors never learnt it; the
     message stayed unstable at its sender, whose total order then waited
     (membership-churn-total.toml, seed 51: no delivery in the last 15 s).
-    A member that knows the stream stable that far stays out."""
+    A member that knows the stream stable that far tells what it knows."""
     members = tuple(range(100))
     tag = roster_of(members).tag
     newcomer = ReliableStream(99, members, Params(gossip_interval=0.1, max_members=4_096), random.Random(9), 0.0)
@@ -271,7 +271,7 @@ def test_a_newcomer_whose_copy_starts_at_the_cut_takes_part_in_that_streams_all_
     digests = [o for o in newcomer.on_timeout(0.2) if isinstance(o, OutDigest)]
     told = {d.dst: dict(d.aggregate.floors).get(96) for d in digests}
     if known_stable:
-        assert set(told.values()) <= {None, 4}, "no stability state taken up for a stream known stable"
+        assert set(told.values()) <= {None, 4}, "a stream known stable: its known prefix, at every level"
     else:
         assert told[0] == 4, "level 0: how far we hold it ourselves"
         assert told[1] == 3, "level 1: the least of ours and our predecessor's"
@@ -306,6 +306,40 @@ def test_newcomers_before_the_sender_let_its_old_views_messages_become_stable() 
     assert streams[1].window() == 0, "every member holds 1's messages (the newcomers from the cut on)"
     assert {i: s.promise_floor() for i, s in streams.items()} == dict.fromkeys(members, 2)
     assert all(not s._rejoined for s in streams.values()), "the newcomers retire the stream once it is stable"
+
+
+def test_a_member_that_knew_a_stream_stable_in_the_view_before_passes_its_floors_on() -> None:
+    """5 and 6 had a view; 5 froze for a change (its stability capped) and
+    sent two messages, which 6 took for stable in that view and dropped.
+    In the six-member view that follows, 6 held 5's stream with no
+    stability state and knew it stable: it passed no floor of it on, every
+    level after it stayed at 0, 5's messages stayed unstable at 5, its
+    promise clock at 0, and with promises by gossip no member delivered
+    again (randomized total-order machine, explore.py seed 1675452131)."""
+    members = (1, 2, 3, 4, 5, 6)
+    params = Params(gossip_interval=0.1)
+    streams = {i: ReliableStream(i, (5, 6) if i >= 5 else (i,), params, random.Random(i), 0.0, ordered=True)
+               for i in members}
+    streams[5].stability_cap = {5: 0}
+    records = []
+    for clock in (1, 2):
+        _, outputs = streams[5].send(b"m%d" % clock, 0.0, clock=clock)
+        records += [r for o in outputs if isinstance(o, OutRecords) for r in o.records]
+    old = StreamNetwork({i: Peer(streams[i]) for i in (5, 6)})
+    streams[6].on_records(5, tuple(records), "data", 0.0)
+    old.run_events(2.0, latency=0.001)
+    assert streams[6]._stable.get(5) == 2 and not streams[6]._store.get(5), "stable at 6 in the view before"
+    assert streams[5].window() == 2, "capped at 5"
+    for i, stream in streams.items():
+        stream.stability_cap = None
+        stream.set_members(members, starts={m: 0 for m in members if m != i and (i < 5 or m < 5)})
+        stream.promise_gossip, stream.promise_nulls, stream.lamport = True, False, 2
+        if i < 5:
+            stream.on_records(5, tuple(records), "data", 2.0)
+    net = StreamNetwork({i: Peer(stream) for i, stream in streams.items()}, now=2.0)
+    net.run_events(7.0, latency=0.001)
+    assert streams[5].window() == 0, "every member holds 5's messages, 6 included"
+    assert {i: s.promise_floor() for i, s in streams.items()} == dict.fromkeys(members, 2)
 
 
 def test_own_messages_unstable_for_two_cycles_ask_the_predecessors() -> None:
