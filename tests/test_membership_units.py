@@ -867,6 +867,21 @@ def test_merge_proposal_must_take_our_whole_component() -> None:
     assert ctl(va[4].on_propose(1, whole, (0, {}), 0.0), MsgType.FLUSH)
 
 
+def test_a_merge_coordinator_we_answered_may_leave_out_a_member_it_excluded_since() -> None:
+    """4 answered 1's merge of its whole view {3, 4}; 1 then excluded 3 and
+    proposes again without it. 4 may not watch 3 (ring detector) and never
+    suspect it: ignoring the proposal kept 4 bound to one its coordinator gave
+    up, and the live members never converged (ring machine, seed 3882009057)."""
+    va = agreements({3, 4})
+    whole = Propose(TAG, 3, 1, 0, (1, 3, 4))
+    assert ctl(va[4].on_propose(1, whole, (0, {}), 0.0), MsgType.FLUSH)
+    without_3 = Propose(TAG, 3, 2, 0, (1, 4))
+    (flush,) = ctl(va[4].on_propose(1, without_3, (0, {}), 0.1), MsgType.FLUSH)
+    assert flush.dst == 1 and not body(flush).refuse and body(flush).attempt == 2
+    by_2 = Propose(TAG, 4, 1, 0, (2, 4))
+    assert va[4].on_propose(2, by_2, (0, {}), 0.2) == [], "another coordinator's partial merge is not answered"
+
+
 def test_member_waiting_for_a_commit_takes_over_from_a_dead_coordinator() -> None:
     va = agreements({1, 2, 3})
     proposal = Propose(TAG, 2, 1, 0, (1, 2, 3))

@@ -612,7 +612,8 @@ class ViewAgreement:
             # members that installed V may have delivered. Once V is
             # installed, the coordinator's repeated proposal finds us.
             return []
-        if src not in self.view and not set(self.view.members) - self.failed - self.leaving <= set(members):
+        if src not in self.view and not self._bound_to(proposal) \
+                and not set(self.view.members) - self.failed - self.leaving <= set(members):
             return []  # a merge takes whole components: this one is stale or partial
         if self.accepted is not None and proposal.key < self.accepted.key:
             return []
@@ -645,6 +646,16 @@ class ViewAgreement:
         self._moved(before, Event.ANSWER_OTHER if answer.bound else Event.ANSWER_OWN)
         out.append(self._flush_reply(src, answer, delivered or {}))
         return out
+
+    def _bound_to(self, proposal: _Proposal) -> bool:
+        """We flushed to this coordinator incarnation's open proposal: the
+        merge took our whole component then, and a member it now leaves out is
+        one its detector excluded since, as in any view change. Ignoring it
+        would keep us bound to a proposal it has given up, for ever (ring
+        detector: we may not watch the member it excluded)."""
+        answer = self.answer
+        return answer is not None and answer.bound and (proposal.coordinator, proposal.incarnation) == \
+            (answer.proposal.coordinator, answer.proposal.incarnation)
 
     def _bound_elsewhere(self, proposal: _Proposal) -> bool:
         """We flushed to another coordinator incarnation's proposal that is
