@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/compare.py [--runs 3] [--quick] [--only fifo,total,safe,raft,latency,startup,scaling]
-                                           [--json OUT] [--jgroups-isolated] [--no-scaling-jgroups]
+                                           [--json OUT] [--jgroups-isolated] [--no-scaling-jgroups] [--allow-pure]
 
 Sections (``--only`` picks some; default all):
 
@@ -60,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,6 +73,7 @@ if not SHARED_BENCH.exists():
 JGROUPS_DIR = SHARED_BENCH / "jgroups"
 PEERS_DIR = SHARED_BENCH / "peers"
 SGCS = ROOT / ".venv" / "bin" / "sgcs"
+ALLOW_PURE = False  # --allow-pure
 SECTIONS = ("fifo", "total", "safe", "raft", "latency", "startup", "scaling")
 SCALING_SIZES = (4, 8, 16)
 
@@ -283,7 +285,25 @@ def run_job(job: Job, section: str, round_: int, position: int, cwd: Path) -> Ru
         return run
     if process.returncode != 0 or "error" in run.data:
         run.error = str(run.data.get("error") or f"exit {process.returncode}")
+    hot_path = str(run.data.get("hot_path", "compiled"))
+    if job.system == "sgcs" and not hot_path.startswith("compiled") and not ALLOW_PURE:
+        run.error = f"sgcs ran as {hot_path}"  # a source edited mid-run: not the figure of the compiled code
     return run
+
+
+def hot_path_problem() -> str | None:
+    """Why the checkout's sgcs would not run compiled, or None. A figure of the
+    pure-Python fallback is about a quarter lower: twice, a stale extension made a
+    total-order run look like a regression of the code."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        with warnings.catch_warnings():  # importing sgcs warns of the very thing we report
+            warnings.simplefilter("ignore", RuntimeWarning)
+            from sgcs import _compiled
+    finally:
+        sys.path.pop(0)
+    mode, why = _compiled.choose(str(ROOT))
+    return None if mode == "native" else why
 
 
 def stop_group(process: subprocess.Popen[str], grace: float = 15.0) -> None:
@@ -570,6 +590,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--jgroups-isolated", action="store_true",
                         help="run JPerf on a private multicast port instead of run.sh's fixed 45588")
     parser.add_argument("--no-scaling-jgroups", action="store_true", help="scaling: sgcs figures only")
+    parser.add_argument("--allow-pure", action="store_true",
+                        help="measure sgcs even when its hot path runs as pure Python (not compiled, or a source "
+                             "changed after it was compiled); by default that is refused")
     args = parser.parse_args(argv)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     unknown = only - set(SECTIONS)
@@ -586,11 +609,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if raw[:1] == ["--jperf-isolated"]:
         return jperf_isolated(raw[1:])
     args = parse_args(raw)
+    global ALLOW_PURE
+    ALLOW_PURE = args.allow_pure
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that run_job's `finally` stops the command under way
     only: set[str] = args.sections
     plan = QUICK if args.quick else FULL
     if not SGCS.exists():
         print(f"compare: no {SGCS}: run scripts/setup.sh first", file=sys.stderr)
+        return 2
+    problem = hot_path_problem()
+    if problem and not args.allow_pure:
+        print(f"compare: sgcs would run as pure Python ({problem}): run scripts/setup.sh, or pass --allow-pure",
+              file=sys.stderr)
         return 2
     commit = git_commit()
     log(f"sgcs {commit} at {ROOT}; references in {SHARED_BENCH}; sections {','.join(s for s in SECTIONS if s in only)};"
