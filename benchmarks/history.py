@@ -41,7 +41,7 @@ if __name__ == "__main__":  # run as a script: the repository goes on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.compare import (  # noqa: E402
-    SGCS, Bout, Run, _exit_on_sigterm, alternate, git_commit, jgroups, log, median, sgcs_bench,
+    SGCS, Bout, Run, _exit_on_sigterm, alternate, git_commit, hot_path_problem, jgroups, log, median, sgcs_bench,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -140,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that the command under way is stopped too
     if not SGCS.exists():
         print(f"history: no {SGCS}: run scripts/setup.sh first", file=sys.stderr)
+        return 2
+    problem = hot_path_problem()
+    if problem:  # a row of the pure-Python fallback would read as a regression of the code
+        print(f"history: sgcs would run as pure Python ({problem}): run scripts/setup.sh first", file=sys.stderr)
         return 2
     m, iso = args.messages, args.jgroups_isolated
     bouts = [Bout([sgcs_bench(4, m, 1000, "fifo")], [jgroups(4, m, 1000, "udp.xml", iso)])]
