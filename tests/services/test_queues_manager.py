@@ -1,12 +1,15 @@
 """Queue managers over real sgcs groups on loopback (in one process): the wire
 codec, remote put by store and forward, remote get with ack, redelivery when
-the consumer leaves, long poll, unbound targets, and restarts of the receiving
-manager from its SQLite file."""
+the consumer leaves, long poll, unbound targets, restarts of the receiving
+manager from its SQLite file, and the TTL of a remote send (the remaining time
+travels; what expires before it goes is kept at the sender)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import time
 
 import pytest
 import trio
@@ -18,7 +21,7 @@ from _net import private_multicast
 from sgcs.errors import DecodeError
 from sgcs.services.queues import wire
 from sgcs.services.queues.manager import open_queue_manager
-from sgcs.services.queues.store import Forwarded
+from sgcs.services.queues.store import XMIT_EXPIRED, Forwarded, forwarded_id
 
 SECRET = b"queues test secret!!"
 WAIT = 20.0
@@ -30,7 +33,8 @@ def config(name: str, net: dict[str, Any]) -> sgcs.Config:
 
 PACKETS = [
     wire.Hello("node-a"),
-    wire.Forward(7, 3, (Forwarded(3, "q", 9, b"x" * 10), Forwarded(4, "r", 0, b""))),
+    wire.Forward(7, 3, (Forwarded(3, "q", 9, b"x" * 10, 1_500), Forwarded(4, "r", 0, b""),
+                        Forwarded(5, "q", 1, b"y", 0xFFFF_FFFF))),
     wire.ForwardAck(7, False, (3, 4)),
     wire.Get(1, 500, 10, 30_000, "q"),
     wire.Messages(1, False, (wire.Item(10, 5, 2, b"id", b"body"),)),
@@ -59,6 +63,16 @@ def test_garbage_raises_only_decode_error(data: bytes) -> None:
         wire.decode_untrusted(bytes([wire.MAGIC, wire.VERSION]) + data)
     except DecodeError:
         pass
+
+
+def test_a_packet_of_the_former_version_is_refused() -> None:
+    """Version 1 had no TTL in FWD items: its packets must not be misread as version 2."""
+    v1_forward = bytes([wire.MAGIC, 1, wire.FWD]) + (7).to_bytes(8, "big") + (3).to_bytes(8, "big") + \
+        (1).to_bytes(2, "big") + (3).to_bytes(8, "big") + bytes([9]) + b"\x01q" + (1).to_bytes(4, "big") + b"x"
+    with pytest.raises(DecodeError, match="version"):
+        wire.decode_untrusted(v1_forward)
+    with pytest.raises(DecodeError, match="version"):
+        wire.decode_untrusted(bytes([wire.MAGIC, 1]) + wire.encode(wire.Hello("a"))[2:])
 
 
 async def until_known(manager: Any, *names: str) -> None:
@@ -198,7 +212,7 @@ async def test_a_full_remote_queue_pushes_back_and_nothing_is_lost(tmp_path: Pat
 async def test_a_push_consumer_with_a_delivery_limit_and_a_dead_letter_queue(tmp_path: Path) -> None:
     """``consume`` hands messages over as they come; a message released
     ``delivery_limit`` times lands in the dead-letter queue, as does one
-    whose TTL passed; ttl on a remote target is refused in one line."""
+    whose TTL passed; a bad ttl on a remote target is refused in one line."""
     net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db") as a:
         a.bind("jobs", delivery_limit=2, dead_letter="jobs.dead")
@@ -222,5 +236,44 @@ async def test_a_push_consumer_with_a_delivery_limit_and_a_dead_letter_queue(tmp
         with pytest.raises(TimeoutError):
             await a.get("jobs", timeout=0.2)
         assert (await a.get("jobs.dead", timeout=5)).body == b"stale"
-        with pytest.raises(sgcs.UsageError, match="ttl applies to a queue of this node"):
-            await a.put("jobs@b", b"x", ttl=5)
+        with pytest.raises(sgcs.UsageError, match="ttl must be positive seconds up to"):
+            await a.put("jobs@b", b"x", ttl=0)
+        with pytest.raises(sgcs.UsageError, match="ttl must be positive seconds up to"):
+            await a.put("jobs@b", b"x", ttl=50 * 86_400)
+        assert a.store.xmit_count() == 0
+
+
+async def test_a_remote_ttl_counts_the_time_in_the_transmission_queue(tmp_path: Path) -> None:
+    """A send to q@b with a TTL: the time it waits at the sender counts (the remaining
+    milliseconds are forwarded, and b counts them on its own clock); one that expires
+    before b is reachable is not sent but moved to the sender's queue xmit.expired,
+    counted; one without a TTL is forwarded and kept as before."""
+    net = private_multicast(beacon_interval=0.1)
+    async with sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db") as a:
+        sent_at = time.time()
+        await a.put("q@b", b"short", 3, ttl=3.0)
+        await a.put("q@b", b"plain", 0)
+        await a.put("q@b", b"gone", 5, ttl=0.2)  # b does not exist yet
+        with trio.fail_after(WAIT):
+            while not a.statistics.expired_in_transmission:
+                await trio.sleep(0.05)
+        assert a.statistics.expired_in_transmission == 1 and a.store.xmit_count("b") == 2
+        gone = await a.get(XMIT_EXPIRED, timeout=1)
+        assert (gone.body, gone.priority, gone.msg_id) == (b"gone", 5, forwarded_id(a.store.origin, 3))
+        await a.ack([gone])
+        await trio.sleep(max(0.0, sent_at + 1.0 - time.time()))  # "short" has 2 s left
+        async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(nb, "b", path=tmp_path / "b.db") as b:
+            b.bind("q", dead_letter="q.dead")
+            with trio.fail_after(WAIT):
+                while a.store.xmit_count("b"):
+                    await trio.sleep(0.02)
+            expiry = dict(b.store._db.execute("SELECT body, expires_at FROM messages WHERE queue='q'").fetchall())
+            # b's expiry is the remaining time from arrival: about sent_at + 3 s on this one
+            # clock, not arrival + 3 s (the forwarded TTL is not the original one)
+            assert expiry[b"plain"] is None and abs(expiry[b"short"] - (sent_at + 3.0)) < 0.25
+            await trio.sleep(max(0.0, expiry[b"short"] + 0.05 - time.time()))
+            (plain,) = await b.get_many("q", 5, timeout=1)
+            assert plain.body == b"plain"
+            dead = await b.get("q.dead", timeout=1)
+            assert (dead.body, dead.msg_id) == (b"short", forwarded_id(a.store.origin, 1))
+        assert a.statistics.expired_in_transmission == 1 and a.store.xmit_count() == 0

@@ -1,10 +1,12 @@
 """The replicated queue: three replicas in one process over real sockets apply
 the same operations in the same order; a consumer that leaves hands its leases
-back; the op codec refuses garbage."""
+back; TTL and the delivery limit retire the same messages at every replica
+(the ops decide, never a replica's clock); the op codec refuses garbage."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 import pytest
@@ -15,7 +17,8 @@ from hypothesis import strategies as st
 import sgcs
 from _net import private_multicast
 from sgcs.errors import DecodeError
-from sgcs.services.queues.replicated import decode_op_untrusted, open_replicated_queue
+from sgcs.services.queues import replicated as rq
+from sgcs.services.queues.replicated import decode_op_untrusted, encode_op, open_replicated_queue
 
 SECRET = b"replicated test secret"
 WAIT = 20.0
@@ -23,10 +26,39 @@ WAIT = 20.0
 
 @given(st.binary(max_size=60))
 def test_ops_decode_or_raise_decode_error(data: bytes) -> None:
-    try:
-        decode_op_untrusted(data)
-    except DecodeError:
-        pass
+    for raw in (data, bytes([rq.OP_VERSION]) + data):
+        try:
+            decode_op_untrusted(raw)
+        except DecodeError:
+            pass
+
+
+OPS: list[rq.Op] = [
+    rq.Put(b"i" * 16, 9, 1_700_000_000_123, b"body"),
+    rq.Put(b"j" * 16, 0, 0, b""),
+    rq.Get(7, 3, 1_700_000_000_456, 5),
+    rq.Get(8, 0, 0, 0),
+    rq.Settle(False, (1, 2)),
+    rq.Settle(True, ()),
+    rq.Purge(),
+]
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda o: type(o).__name__)
+def test_ops_round_trip_and_anything_else_raises_decode_error(op: rq.Op) -> None:
+    data = encode_op(op)
+    assert decode_op_untrusted(data) == op
+    fixed_length = not isinstance(op, rq.Put)  # a PUT's body takes what follows
+    for cut in range(len(data) if fixed_length else rq._PUT.size):
+        with pytest.raises(DecodeError):
+            decode_op_untrusted(data[:cut])
+    if fixed_length:
+        with pytest.raises(DecodeError):
+            decode_op_untrusted(data + b"\x00")
+    with pytest.raises(DecodeError, match="version"):  # the former layouts had no version byte
+        decode_op_untrusted(bytes([1]) + data[1:])
+    with pytest.raises(DecodeError):
+        decode_op_untrusted(encode_op(rq.Get(1, rq.MAX_TAGS + 1, 0, 0)))
 
 
 async def test_three_replicas_apply_the_same_puts_gets_and_acks() -> None:
@@ -103,45 +135,127 @@ class _Nursery:
         self.started.append(call)
 
 
-@settings(max_examples=100, deadline=None)
+def _fixed_clock(at: float) -> Callable[[], float]:
+    return lambda: at
+
+
+def _state(replica: object) -> list[tuple[object, ...]]:
+    db = replica.store._db  # type: ignore[attr-defined]
+    return db.execute("SELECT seq, msg_id, priority, state, owner, deliveries, expires_at FROM messages "
+                      "ORDER BY seq").fetchall()
+
+
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.one_of(
-    st.tuples(st.just("put"), st.sampled_from([1, 2, 3]), st.integers(0, 5), st.integers(0, 9)),
-    st.tuples(st.just("get"), st.sampled_from([1, 2, 3]), st.integers(1, 3), st.just(0)),
-    st.tuples(st.just("ack"), st.sampled_from([1, 2, 3]), st.integers(0, 20), st.just(0)),
-    st.tuples(st.just("fail"), st.sampled_from([1, 2, 3]), st.just(0), st.just(0)),
-), max_size=40))
-def test_replicas_fed_one_stream_hold_the_same_queue(ops: list[tuple[str, int, int, int]]) -> None:
+    st.tuples(st.just("put"), st.sampled_from([1, 2, 3]), st.integers(0, 5), st.integers(0, 9), st.integers(0, 4)),
+    st.tuples(st.just("get"), st.sampled_from([1, 2, 3]), st.integers(0, 3), st.integers(0, 6), st.integers(0, 3)),
+    st.tuples(st.just("ack"), st.sampled_from([1, 2, 3]), st.integers(0, 20), st.just(0), st.just(0)),
+    st.tuples(st.just("release"), st.sampled_from([1, 2, 3]), st.integers(0, 20), st.just(0), st.just(0)),
+    st.tuples(st.just("fail"), st.sampled_from([1, 2, 3]), st.just(0), st.just(0), st.just(0)),
+    st.tuples(st.just("purge"), st.just(1), st.just(0), st.just(0), st.just(0)),
+), max_size=50))
+def test_replicas_fed_one_stream_hold_the_same_queue(ops: list[tuple[str, int, int, int, int]]) -> None:
     """The replicated state machine is deterministic: three replicas applying the same
-    ordered stream (puts with repeated ids, gets, acks, a member's failure) end equal,
-    and a repeated PUT id is applied once."""
+    ordered stream (puts with repeated ids and TTLs, gets at various issuers' times and
+    delivery limits, acks, releases, a member's failure, purges) end equal, dead
+    messages included, and a repeated PUT id is applied once. Each replica's own
+    clock is different and never consulted."""
     import types
 
-    from sgcs.services.queues import replicated as rq
-
     replicas = []
-    for me in (1, 2, 3):
-        replica = rq.ReplicatedQueue(types.SimpleNamespace(node_id=me), "jobs", dedup_window=100)  # type: ignore[arg-type]
+    for me, skew in ((1, 0.0), (2, 500.0), (3, -500.0)):
+        group = types.SimpleNamespace(node_id=me)
+        replica = rq.ReplicatedQueue(group, "jobs", dedup_window=100, delivery_limit=me)  # type: ignore[arg-type]
         replica._nursery = _Nursery()  # type: ignore[assignment]
+        replica.clock = _fixed_clock(1_000.0 + skew)
         replicas.append(replica)
     put_ids = set()
-    for kind, member, arg, priority in ops:
-        for replica in replicas:
-            if kind == "put":
-                replica._apply(member, rq.PUT, (bytes([arg]) * 16, priority, b"body"))
-            elif kind == "get":
-                replica._apply(member, rq.GET, (1, arg))
-            elif kind == "ack":
-                replica._apply(member, rq.ACK, (arg,))
-            else:
-                replica.store.release_consumer(f"m:{member}")
-        if kind == "put":
+    for kind, member, arg, extra, extra2 in ops:
+        op: rq.Op | None
+        if kind == "put":  # expiry at 1,000 s + 0..4 s of the putter's clock; 0: no TTL
+            op = rq.Put(bytes([arg]) * 16, extra, 1_000_000 + 1_000 * extra2 if extra2 else 0, b"body")
             put_ids.add(arg)
+        elif kind == "get":  # the issuer's time 999..1,005 s, its limit 0..3
+            op = rq.Get(1, arg, 999_000 + 1_000 * extra, extra2)
+        elif kind in ("ack", "release"):
+            op = rq.Settle(kind == "release", (arg,))
+        elif kind == "purge":
+            op = rq.Purge()
+        else:
+            op = None
+        for replica in replicas:
+            if op is None:
+                replica.store.release_consumer(f"m:{member}")
+            else:
+                replica._apply(member, op)
 
-    def state(replica: object) -> list[tuple[object, ...]]:
-        db = replica.store._db  # type: ignore[attr-defined]
-        return db.execute("SELECT seq, msg_id, priority, state, owner FROM messages ORDER BY seq").fetchall()
-
-    first = state(replicas[0])
-    assert all(state(r) == first for r in replicas[1:])
+    first = _state(replicas[0])
+    assert all(_state(r) == first for r in replicas[1:])
+    assert all(r.dead_letters() == replicas[0].dead_letters() for r in replicas[1:])
     assert len({row[1] for row in first}) == len(first)  # each id at most once
     assert len(first) <= len(put_ids)
+
+
+async def _converged(replicas: list[rq.ReplicatedQueue], dead: int, leased: int = 0) -> None:
+    """Wait until every replica holds ``dead`` dead and ``leased`` leased messages, and the same queue."""
+    with trio.fail_after(WAIT):
+        while not (all((r.info().dead, r.info().leased) == (dead, leased) for r in replicas)
+                   and len({r.applied for r in replicas}) == 1
+                   and all(_state(r) == _state(replicas[0]) for r in replicas[1:])):
+            await trio.sleep(0.02)
+
+
+async def test_ttl_and_delivery_limit_retire_the_same_messages_at_every_replica() -> None:
+    """Three replicas with skewed clocks: whether a message expired is decided by the
+    clock of the GET's issuer, carried in the GET, so every replica retires the same
+    messages (the putter's replica would have kept them). A message released
+    ``delivery_limit`` times is retired at every replica too."""
+    net = private_multicast(beacon_interval=0.1)
+    async with AsyncExitStack() as stack:
+        replicas = []
+        for i in range(3):
+            node = await stack.enter_async_context(sgcs.open_node(sgcs.Config(name=f"t{i}", secret=SECRET, **net)))
+            replicas.append(await stack.enter_async_context(open_replicated_queue(node, "jobs", delivery_limit=2)))
+        with trio.fail_after(WAIT):
+            while not all(len(r.members) == 3 for r in replicas):
+                await trio.sleep(0.02)
+        producer, ahead, behind = replicas
+        now = producer.clock()
+        ahead.clock = _fixed_clock(now + 1_000.0)
+        behind.clock = _fixed_clock(now - 1_000.0)
+        with trio.fail_after(WAIT):
+            short = await producer.put_many([(b"a1", 5), (b"a2", 5), (b"a3", 5)], ttl=30)
+            await producer.put(b"b1", 0)
+            (first,) = await behind.get_many(1, timeout=5)  # 1,000 s behind: a1 is alive
+            await behind.ack([first])
+            (second,) = await ahead.get_many(1, timeout=5)  # 1,000 s ahead: a2, a3 expired
+        assert (first.body, second.body) == (b"a1", b"b1")
+        await _converged(replicas, 2, leased=1)  # an ack and a get of two members: either order
+        for r in replicas:
+            assert [(i, b) for i, _, b in r.dead_letters()] == [(short[1], b"a2"), (short[2], b"a3")]
+            assert (r.info().dead, r.info().leased, r.info().ready) == (2, 1, 0)
+
+        # the delivery limit: handed out twice and released twice, then retired
+        await ahead.ack([second])
+        with trio.fail_after(WAIT):
+            poison = await producer.put(b"poison", 9)
+            for round_ in range(2):
+                (m,) = await replicas[round_].get_many(1, timeout=5)
+                assert (m.msg_id, m.deliveries) == (poison, round_ + 1)
+                await replicas[round_].release([m])
+        await _converged(replicas, 3)
+        for r in replicas:
+            assert [b for _, _, b in r.dead_letters()] == [b"a2", b"a3", b"poison"]
+            assert (r.info().ready, r.info().leased) == (0, 0)
+        assert await behind.get_many(1, timeout=0.3) == []
+
+        # an explicit sweep retires without leasing; a purge empties the dead letters everywhere
+        await producer.put(b"late", 1, ttl=0.05)
+        await trio.sleep(0.1)
+        with trio.fail_after(WAIT):
+            await producer.expire()
+            await _converged(replicas, 4)
+            await producer.purge_dead()
+            await _converged(replicas, 0)
+        assert [r.info().dead for r in replicas] == [0, 0, 0]
+        assert [r.dropped_undecodable for r in replicas] == [0, 0, 0]

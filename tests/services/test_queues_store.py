@@ -15,6 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from sgcs.errors import UsageError
 from sgcs.services.queues.store import (
+    MAX_FORWARD_TTL,
+    XMIT_EXPIRED,
     Forwarded,
     QueueFull,
     QueueStore,
@@ -458,3 +460,60 @@ def test_a_message_past_its_ttl_is_dead_lettered_not_handed_out(tmp_path: Path) 
         store.bind("orders", dead_letter="orders")
     with pytest.raises(UsageError, match="delivery_limit"):
         store.bind("orders", delivery_limit=0)
+
+
+def test_a_remote_send_with_a_ttl_forwards_its_remaining_time_or_expires_at_the_sender(tmp_path: Path) -> None:
+    """The transmission row keeps the expiry (the sender's clock); a batch carries
+    the milliseconds left when it is read; a row expired before it goes is moved to
+    the sender's queue xmit.expired, unless an acknowledgement of it is awaited."""
+    sender = QueueStore(tmp_path / "a.db", fsync="off")
+    seqs = sender.enqueue_remote("b", "q", [(b"t1", 4), (b"t2", 0)], ttl=10.0, now=1_000.0)
+    (plain,) = sender.enqueue_remote("b", "q", [(b"plain", 1)], now=1_000.0)
+    rows = sender.xmit_pending("b", now=1_002.5)
+    assert [(r.body, r.ttl_ms(1_002.5)) for r in rows] == [(b"t1", 7_500), (b"t2", 7_500), (b"plain", 0)]
+    assert rows[0].ttl_ms(1_009.9999) == 1  # never 0 (none) for a row still alive
+    # at 1,010 both TTL rows expired: not pending any more; t1 is in flight, so only t2 moves
+    assert [r.body for r in sender.xmit_pending("b", now=1_010.0)] == [b"plain"]
+    assert sender.xmit_expire(1_010.0, in_flight={seqs[0]}) == 1
+    assert sender.xmit_count("b") == 2 and sender.dead_lettered == 1
+    (moved,) = sender.get(XMIT_EXPIRED, "monitor")
+    assert (moved.body, moved.priority, moved.msg_id) == (b"t2", 0, forwarded_id(sender.origin, seqs[1]))
+    assert sender.xmit_expire(1_010.0) == 1 and sender.xmit_floor("b") == plain  # no answer came: t1 goes too
+    assert sender.info(XMIT_EXPIRED).bound and sender.xmit_expire(2_000.0) == 0
+    with pytest.raises(UsageError, match="ttl must be positive seconds up to"):
+        sender.enqueue_remote("b", "q", [(b"x", 0)], ttl=MAX_FORWARD_TTL + 1)
+
+    receiver = QueueStore()  # the TTL counts from arrival, on the receiver's clock
+    receiver.bind("q", dead_letter="q.dead")
+    batch = [Forwarded(1, "q", 0, b"t", 7_500), Forwarded(2, "q", 0, b"p")]
+    assert receiver.accept_forwarded(5, 1, batch, now=50.0).accepted == 2
+    assert [m.body for m in receiver.get("q", "c", 5, now=57.6)] == [b"p"]
+    assert [m.body for m in receiver.get("q.dead", "c", 5)] == [b"t"]
+
+
+def test_an_old_store_file_gets_the_transmission_expiry_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript("CREATE TABLE xmit(seq INTEGER PRIMARY KEY AUTOINCREMENT, dest TEXT NOT NULL, "
+                     "queue TEXT NOT NULL, priority INTEGER NOT NULL, body BLOB NOT NULL);"
+                     "INSERT INTO xmit(dest, queue, priority, body) VALUES('b', 'q', 3, x'6f6c64');")
+    db.close()
+    store = QueueStore(path, fsync="off")
+    assert [(r.body, r.expires_at) for r in store.xmit_pending("b")] == [(b"old", None)]
+    assert store.xmit_expire(10**12) == 0 and store.xmit_count("b") == 1
+
+
+def test_a_changed_delivery_limit_retires_what_already_reached_it() -> None:
+    store = QueueStore()
+    store.bind("q")
+    store.put_many("q", [(b"a", 0)], expires_at=100.0)
+    (m,) = store.get("q", "c", now=50.0)
+    store.release([m.tag])
+    (m,) = store.get("q", "c", now=50.0)
+    store.release([m.tag])  # two deliveries, no limit yet: ready
+    assert store.set_delivery_limit("q", 3) == 0 and store.info("q").ready == 1
+    assert store.set_delivery_limit("q", 2) == 1 and store.dead_messages("q") == [(m.msg_id, 0, b"a")]
+    with pytest.raises(UsageError, match="ttl or expires_at"):
+        store.put_many("q", [(b"x", 0)], ttl=1, expires_at=5.0)

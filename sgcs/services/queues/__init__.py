@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .store import DEAD, LEASED, READY, Message, QueueFull, QueueInfo, QueueStore, Transaction, Unbind
+from .store import DEAD, LEASED, READY, XMIT_EXPIRED, Message, QueueFull, QueueInfo, QueueStore, Transaction, Unbind
 
 if TYPE_CHECKING:
     from .manager import QueueManager, open_queue_manager
     from .replicated import ReplicatedQueue, open_replicated_queue
 
 __all__ = ["DEAD", "LEASED", "READY", "Message", "QueueFull", "QueueInfo", "QueueManager", "QueueStore",
-           "ReplicatedQueue", "Transaction", "Unbind", "open_queue_manager", "open_replicated_queue"]
+           "ReplicatedQueue", "Transaction", "Unbind", "XMIT_EXPIRED", "open_queue_manager", "open_replicated_queue"]
 
 _LAZY = {"QueueManager": "manager", "open_queue_manager": "manager",
          "ReplicatedQueue": "replicated", "open_replicated_queue": "replicated"}

@@ -30,6 +30,17 @@ messages become ready again and are redelivered (``deliveries`` > 1). A
 consumer that must process each message once records the message id in its
 own transaction before acking (see docs/queues.md).
 
+**TTL across nodes.** ``put("orders@b", ..., ttl=60)`` keeps the expiry in
+the transmission row (this node's wall clock). Each FWD item carries the
+milliseconds that remained when it was sent, and ``b`` puts the message with
+that TTL on its own clock: clocks of two nodes differ, remaining times do not
+(the time in flight is not subtracted; it is short next to a TTL). A row whose
+TTL runs out before it goes (``b`` unreachable, or behind a full queue) is
+not sent: the forwarder moves it to the local queue ``xmit.expired``
+(``QueueStore.xmit_expire``) and counts it in
+``statistics.expired_in_transmission``. Rows awaiting an acknowledgement are
+left alone: ``b`` may hold them already, and expires them itself.
+
 Tags on the wire carry which store they came from (``seq * 2 + memory``).
 Packets that do not decode are dropped and counted in ``statistics``.
 Remote sends and receives use the durable store's tables: a manager opened
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -51,7 +63,18 @@ from sgcs.errors import DecodeError, UsageError
 
 from ..tasks import background
 from . import wire
-from .store import DEFAULT_MAX_DEPTH, Forwarded, Message, QueueFull, QueueInfo, QueueStore, Transaction, Unbind, check_queue_name
+from .store import (
+    DEFAULT_MAX_DEPTH,
+    XMIT_EXPIRED,
+    Forwarded,
+    Message,
+    QueueFull,
+    QueueInfo,
+    QueueStore,
+    Transaction,
+    Unbind,
+    check_queue_name,
+)
 
 
 @dataclass
@@ -68,6 +91,8 @@ class ManagerStatistics:
     dropped_unicast: int = 0
     """Packets to a member no longer in the view (the retry logic covers them)."""
     retransmit_rounds: int = 0
+    expired_in_transmission: int = 0
+    """Remote sends whose TTL ran out before they were sent: moved to the local queue ``xmit.expired``."""
     served: int = 0
     released_for_failed: int = 0
 
@@ -167,16 +192,15 @@ class QueueManager:
 
     async def put(self, target: str, body: bytes, priority: int = 0, *, ttl: float | None = None) -> None:
         """Send one message to ``queue`` here or ``queue@node``; returns once committed locally.
-        ``ttl``: seconds after which it is dead-lettered if still unreceived (local queues)."""
+        ``ttl``: seconds after which it is dead-lettered if still unreceived; for
+        ``queue@node`` the time it waits here to be forwarded counts too."""
         await self.put_many(target, [(body, priority)], ttl=ttl)
 
     async def put_many(self, target: str, items: Sequence[tuple[bytes, int]], *, ttl: float | None = None) -> None:
         """Send ``(body, priority)`` pairs in one commit."""
         queue, node = split_target(target)
         if node is not None and node != self.name:
-            if ttl is not None:
-                raise UsageError("ttl applies to a queue of this node; a message to QUEUE@NODE has none")
-            self.store.enqueue_remote(node, queue, items)
+            self.store.enqueue_remote(node, queue, items, ttl=ttl)
             self._forward_now.set()
             return
         store = self._store_of(queue)
@@ -452,14 +476,25 @@ class QueueManager:
     async def _forwarder(self) -> None:
         while True:
             self._forward_now = trio.Event()
+            self._expire_transmissions()  # every round: also for destinations nobody can reach
             for dest in self.store.xmit_dests():
                 await self._forward_to(dest)
             with trio.move_on_after(min(self._retry / 4, 0.25)):
                 await self._forward_now.wait()
 
+    def _expire_transmissions(self) -> None:
+        in_flight = set[int]().union(*(link.outstanding for link in self._links.values()))
+        expired = self.store.xmit_expire(time.time(), in_flight=in_flight)
+        if expired:
+            self.statistics.expired_in_transmission += expired
+            self._on_new(XMIT_EXPIRED)
+
     async def _forward_to(self, dest: str) -> None:
         member = self._names.get(dest)
         if member is None:
+            # Unreachable: nothing is in flight any more (a new link resends from the
+            # floor), so its rows may expire here instead of waiting for an answer.
+            self._links.pop(dest, None)
             return
         now = trio.current_time()
         link = self._links.get(dest)
@@ -472,7 +507,8 @@ class QueueManager:
             link.outstanding.clear()
             link.after = 0
         while len(link.outstanding) < self._forward_window:
-            rows = self.store.xmit_pending(dest, after=link.after,
+            wall = time.time()  # read per batch: the remaining TTLs are taken at sending time
+            rows = self.store.xmit_pending(dest, after=link.after, now=wall,
                                            limit=min(512, self._forward_window - len(link.outstanding)))
             if not rows:
                 return
@@ -480,7 +516,7 @@ class QueueManager:
                 link.last_progress = now
             floor = self.store.xmit_floor(dest)
             await self._unicast(member, wire.Forward(self.store.origin, floor, tuple(
-                Forwarded(r.seq, r.queue, r.priority, r.body) for r in rows)))
+                Forwarded(r.seq, r.queue, r.priority, r.body, r.ttl_ms(wall)) for r in rows)))
             self.statistics.forwarded += len(rows)
             link.after = rows[-1].seq
             link.outstanding.update(r.seq for r in rows)

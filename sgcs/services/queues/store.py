@@ -45,6 +45,16 @@ for memory queues. Both run the same code, so both keep the same rules.
   below it were all acknowledged, so the receiver forgets them in ``seen``
   and refuses anything below the highest floor it was told. That bounds
   ``seen`` by the sender's unacknowledged messages.
+* **TTL**: a message put with a ``ttl`` carries its expiry (wall clock,
+  ``time.time()``, so it holds across restarts) in ``expires_at``; a receive
+  dead-letters expired ready messages before it leases. A remote send keeps
+  its expiry in its ``xmit`` row; the forwarder sends the *remaining*
+  milliseconds (the two nodes' clocks differ) and the receiver puts the
+  message with that TTL on its own clock. A row that expires here, unsent or
+  sent with no acknowledgement awaited any more, is not sent (again): it
+  moves, in one transaction, to this store's queue ``xmit.expired`` (bound on
+  first use), a ready message with the id it would have had at the receiver
+  (``forwarded_id``). Nothing expires silently.
 
 Bounded memory: a queue holds at most ``max_depth`` messages (ready, leased
 or dead); a put beyond raises ``QueueFull``, and a forwarded batch that does
@@ -56,11 +66,12 @@ Not thread-safe: one store is used from one thread (the manager's trio thread).
 from __future__ import annotations
 
 import enum
+import math
 import os
 import sqlite3
 import struct
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -73,6 +84,10 @@ FSYNC_MODES = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 MAX_QUEUE_NAME = 200
 MAX_BODY = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 10_000_000
+XMIT_EXPIRED = "xmit.expired"
+"""The local queue that receives remote sends whose TTL ran out before they were forwarded."""
+MAX_FORWARD_TTL = 0xFFFF_FFFF / 1000
+"""Seconds: a forwarded TTL travels as u32 milliseconds (about 49.7 days)."""
 _ID = struct.Struct(">QQ")
 
 _SCHEMA = """
@@ -113,8 +128,10 @@ CREATE TABLE IF NOT EXISTS floors(origin INTEGER PRIMARY KEY, floor INTEGER NOT 
 """
 _AUDIT = "CREATE TABLE IF NOT EXISTS audit(msg_id BLOB NOT NULL);"
 _ADDED_COLUMNS = (("queues", "delivery_limit", "INTEGER"), ("queues", "dead_letter", "TEXT"),
-                  ("messages", "expires_at", "REAL"))
+                  ("messages", "expires_at", "REAL"), ("xmit", "expires_at", "REAL"))
 """Columns added after the first schema: a store file written before gets them at open."""
+_ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS xmit_expiry ON xmit(expires_at) WHERE expires_at IS NOT NULL;"
+"""Indexes on added columns, created once the columns exist (the forwarder looks for expired rows often)."""
 
 
 class QueueFull(SgcsError):
@@ -173,6 +190,15 @@ class Outgoing:
     queue: str
     priority: int
     body: bytes
+    expires_at: float | None = None
+    """Wall-clock expiry (``time.time()`` of this node), or None: no TTL."""
+
+    def ttl_ms(self, now: float) -> int:
+        """The TTL to forward at ``now``: remaining milliseconds (at least 1,
+        at most u32), 0 for none. The caller sends only rows not expired at ``now``."""
+        if self.expires_at is None:
+            return 0
+        return max(1, min(0xFFFF_FFFF, math.ceil((self.expires_at - now) * 1000)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +209,8 @@ class Forwarded:
     queue: str
     priority: int
     body: bytes
+    ttl_ms: int = 0
+    """Milliseconds it may still wait unreceived, counted from its arrival here; 0: no TTL."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +244,16 @@ def check_body(body: object) -> bytes:
     if len(data) > MAX_BODY:
         raise UsageError(f"a message body may have at most {MAX_BODY} bytes, got {len(data)}")
     return data
+
+
+def check_ttl(ttl: object, most: float | None = None) -> float | None:
+    """A TTL in seconds (positive, at most ``most``), or None."""
+    if ttl is None:
+        return None
+    if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not ttl > 0 or (most is not None and ttl > most):
+        bound = "" if most is None else f" up to {most:g}"
+        raise UsageError(f"ttl must be positive seconds{bound} or None, got {ttl!r}")
+    return float(ttl)
 
 
 def forwarded_id(origin: int, seq: int) -> bytes:
@@ -259,7 +297,7 @@ class QueueStore:
         for table, column, kind in _ADDED_COLUMNS:
             if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-        script = _SCHEMA + (_AUDIT if self.audit else "")
+        script = _SCHEMA + _ADDED_INDEXES + (_AUDIT if self.audit else "")
         # Depths are recounted at open (O(messages), once): a file written before the
         # triggers existed, or by any other writer, starts right.
         self._db.executescript("BEGIN IMMEDIATE;" + script + "DELETE FROM depth;"
@@ -380,14 +418,15 @@ class QueueStore:
 
     def put_many(self, queue: str, items: Sequence[tuple[bytes, int]],
                  msg_ids: Sequence[bytes] | None = None, *, ttl: float | None = None,
-                 now: float | None = None) -> list[bytes]:
+                 now: float | None = None, expires_at: float | None = None) -> list[bytes]:
         """Commit ``(body, priority)`` pairs in one transaction (a group commit); returns their ids.
         ``ttl``: seconds (wall clock, ``now`` or ``time.time()``) after which a message still
-        not received is dead-lettered instead of handed out."""
+        not received is dead-lettered instead of handed out; or ``expires_at``, that
+        moment itself (a replicated queue's PUT carries it, so every replica stores the same)."""
         rows = [(check_body(body), check_priority(priority)) for body, priority in items]
-        if ttl is not None and (not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not ttl > 0):
-            raise UsageError(f"ttl must be positive seconds or None, got {ttl!r}")
-        expires = None if ttl is None else (time.time() if now is None else now) + ttl
+        if check_ttl(ttl) is not None and expires_at is not None:
+            raise UsageError("give ttl or expires_at, not both")
+        expires = expires_at if ttl is None else (time.time() if now is None else now) + ttl
         ids = list(msg_ids) if msg_ids is not None else [os.urandom(16) for _ in rows]
         if len(ids) != len(rows) or not all(isinstance(i, bytes) and 0 < len(i) <= 64 for i in ids):
             raise UsageError("msg_ids must give one id of 1 to 64 bytes per message")
@@ -477,6 +516,20 @@ class QueueStore:
         with self._tx():
             return self._retire_expired(time.time() if now is None else now, None)
 
+    def set_delivery_limit(self, queue: str, delivery_limit: int | None) -> int:
+        """Change a bound queue's delivery limit (its dead-letter queue stays) and, in the
+        same transaction, retire ready messages already at the new limit; returns how many."""
+        if delivery_limit is not None and (type(delivery_limit) is not int or delivery_limit < 1):
+            raise UsageError(f"delivery_limit must be a positive int or None, got {delivery_limit!r}")
+        with self._tx():
+            self._db.execute("UPDATE queues SET delivery_limit=? WHERE name=?", (delivery_limit, queue))
+            return self._retire_over_limit()
+
+    def dead_messages(self, queue: str) -> list[tuple[bytes, int, bytes]]:
+        """The dead messages of ``queue`` as (id, priority, body), oldest first."""
+        return [(bytes(i), int(p), bytes(b)) for i, p, b in self._db.execute(
+            "SELECT msg_id, priority, body FROM messages WHERE queue=? AND state=2 ORDER BY seq", (queue,))]
+
     def _retire_over_limit(self) -> int:
         """Inside a transaction: ready messages handed out ``delivery_limit`` times go to the dead letters."""
         return self._retire(
@@ -531,31 +584,40 @@ class QueueStore:
 
     # ------------------------------------------------------------ store and forward: sending side
 
-    def enqueue_remote(self, dest: str, queue: str, items: Sequence[tuple[bytes, int]]) -> list[int]:
+    def enqueue_remote(self, dest: str, queue: str, items: Sequence[tuple[bytes, int]], *,
+                       ttl: float | None = None, now: float | None = None) -> list[int]:
         """Commit messages for ``queue`` on node ``dest`` to the transmission queue;
-        returns their transmission ids (the second half of their message ids)."""
+        returns their transmission ids (the second half of their message ids).
+        ``ttl``: seconds (wall clock, ``now`` or ``time.time()``) the message may
+        take to be received, transmission included (see ``xmit_expire``)."""
         check_queue_name(queue)
         if not isinstance(dest, str) or not dest or len(dest.encode()) > MAX_QUEUE_NAME:
             raise UsageError(f"destination node name must be a non-empty str, got {dest!r}")
-        rows = [(dest, queue, check_priority(priority), check_body(body)) for body, priority in items]
+        ttl = check_ttl(ttl, MAX_FORWARD_TTL)
+        expires = None if ttl is None else (time.time() if now is None else now) + ttl
+        rows = [(dest, queue, check_priority(priority), check_body(body), expires) for body, priority in items]
         with self._tx():
-            self._db.executemany("INSERT INTO xmit(dest, queue, priority, body) VALUES(?, ?, ?, ?)", rows)
+            self._db.executemany("INSERT INTO xmit(dest, queue, priority, body, expires_at) VALUES(?, ?, ?, ?, ?)",
+                                 rows)
             last = int(self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='xmit'").fetchone()[0])
         return list(range(last - len(rows) + 1, last + 1))
 
     def xmit_dests(self) -> list[str]:
         return [row[0] for row in self._db.execute("SELECT DISTINCT dest FROM xmit ORDER BY dest")]
 
-    def xmit_pending(self, dest: str, *, after: int = 0, limit: int = 256, max_bytes: int = 48_000) -> list[Outgoing]:
-        """Rows for ``dest`` with ids above ``after``, oldest first, up to ``limit`` rows and about ``max_bytes``."""
+    def xmit_pending(self, dest: str, *, after: int = 0, limit: int = 256, max_bytes: int = 48_000,
+                     now: float | None = None) -> list[Outgoing]:
+        """Rows for ``dest`` with ids above ``after``, oldest first, up to ``limit`` rows and about
+        ``max_bytes``; rows expired by ``now`` (default ``time.time()``) are left for ``xmit_expire``."""
         out: list[Outgoing] = []
         size = 0
-        for seq, queue, priority, body in self._db.execute(
-                "SELECT seq, queue, priority, body FROM xmit WHERE dest=? AND seq>? ORDER BY seq LIMIT ?",
-                (dest, after, limit)):
+        for seq, queue, priority, body, expires_at in self._db.execute(
+                "SELECT seq, queue, priority, body, expires_at FROM xmit WHERE dest=? AND seq>? "
+                "AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq LIMIT ?",
+                (dest, after, time.time() if now is None else now, limit)):
             if out and size + len(body) > max_bytes:
                 break
-            out.append(Outgoing(seq, dest, queue, priority, body))
+            out.append(Outgoing(seq, dest, queue, priority, body, expires_at))
             size += len(body) + len(queue) + 16
         return out
 
@@ -572,6 +634,25 @@ class QueueStore:
             # rowcount, not total_changes: the depth triggers change rows too
             return int(self._db.executemany("DELETE FROM xmit WHERE seq=? AND dest=?", [(s, dest) for s in seqs]).rowcount)
 
+    def xmit_expire(self, now: float | None = None, *, in_flight: Container[int] = ()) -> int:
+        """Move transmission rows whose TTL passed by ``now`` (default ``time.time()``) to the
+        local queue ``XMIT_EXPIRED``, in one transaction; returns how many. Rows in
+        ``in_flight`` (sent, acknowledgement awaited) stay: the receiver may hold them
+        already, and they expire there too; if no acknowledgement comes, the next try
+        finds them here expired."""
+        with self._tx():
+            rows = [row for row in self._db.execute(
+                "SELECT seq, priority, body FROM xmit WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY seq",
+                (time.time() if now is None else now,)).fetchall() if row[0] not in in_flight]
+            if not rows:
+                return 0
+            self._db.execute("INSERT OR IGNORE INTO queues(name) VALUES(?)", (XMIT_EXPIRED,))
+            self._db.executemany("INSERT INTO messages(queue, priority, msg_id, body) VALUES(?, ?, ?, ?)",
+                                 [(XMIT_EXPIRED, p, forwarded_id(self.origin, seq), body) for seq, p, body in rows])
+            self._db.executemany("DELETE FROM xmit WHERE seq=?", [(seq,) for seq, _, _ in rows])
+        self.dead_lettered += len(rows)
+        return len(rows)
+
     def xmit_count(self, dest: str | None = None) -> int:
         if dest is None:
             return int(self._db.execute("SELECT count(*) FROM xmit").fetchone()[0])
@@ -584,15 +665,18 @@ class QueueStore:
 
     # ------------------------------------------------------------ store and forward: receiving side
 
-    def accept_forwarded(self, origin: int, floor: int, batch: Sequence[Forwarded]) -> AcceptResult:
+    def accept_forwarded(self, origin: int, floor: int, batch: Sequence[Forwarded], *,
+                         now: float | None = None) -> AcceptResult:
         """Commit a forwarded batch from store ``origin`` idempotently, in one transaction.
 
         Every message listed in the result's ``done`` is committed here (now or
         before), so the sender may forget it. A message whose queue is full
         (``max_depth``) is not committed and not listed (``full`` is set): the
-        sender keeps it and sends it again later."""
+        sender keeps it and sends it again later. A message with a ``ttl_ms``
+        expires that long after ``now`` (default ``time.time()``): this node's clock."""
         if type(origin) is not int or type(floor) is not int:
             raise UsageError("origin and floor must be ints")
+        arrived = time.time() if now is None else now
         accepted = duplicates = dead = 0
         done: list[int] = []
         full = False
@@ -617,8 +701,10 @@ class QueueStore:
                 dead += state == DEAD
                 accepted += state == READY
                 msg_id = forwarded_id(origin, message.seq)
-                self._db.execute("INSERT INTO messages(queue, priority, msg_id, body, state) VALUES(?, ?, ?, ?, ?)",
-                                 (message.queue, message.priority, msg_id, message.body, state))
+                expires = arrived + message.ttl_ms / 1000 if message.ttl_ms else None
+                self._db.execute("INSERT INTO messages(queue, priority, msg_id, body, state, expires_at) "
+                                 "VALUES(?, ?, ?, ?, ?, ?)",
+                                 (message.queue, message.priority, msg_id, message.body, state, expires))
                 self._db.execute("INSERT INTO seen VALUES(?, ?)", (origin, message.seq))
                 if self.audit:
                     self._db.execute("INSERT INTO audit VALUES(?)", (msg_id,))

@@ -8,10 +8,17 @@ reliable unicast. Explicit ``struct`` layouts, big-endian, no pickle. Every
 count and length is capped; ``decode_untrusted`` raises only ``DecodeError``
 and the manager drops and counts what does not decode.
 
-Header: magic 0x51 ('Q'), version 1, type. Bodies:
+Header: magic 0x51 ('Q'), version 2, type. A packet of another version is
+dropped and counted like any that does not decode (version 1 had no TTL in
+FWD items), so managers of the two versions do not hear each other: remote
+sends wait in the transmission queue until both ends run the same one.
+Bodies:
 
 * HELLO: name.
-* FWD: origin u64, floor u64, n u16, then n x (seq u64, priority u8, queue, body).
+* FWD: origin u64, floor u64, n u16, then n x (seq u64, priority u8, ttl ms
+  u32, queue, body). The TTL is what remained of the message's TTL when the
+  sender sent it (0: none); the receiver counts it from arrival on its own
+  clock, so the two clocks need not agree.
 * FWD_ACK: origin u64, full u8 (1: some did not fit, retry those later), n u16, n x seq u64 committed.
 * GET: request u64, wait ms u32, max u16, lease ms u32, queue.
 * MSGS: request u64, status u8 (0 ok, 1 no such queue), n u16, then
@@ -31,12 +38,12 @@ from sgcs.errors import DecodeError
 
 from .store import MAX_BODY, PRIORITIES, Forwarded
 
-MAGIC, VERSION = 0x51, 1
+MAGIC, VERSION = 0x51, 2
 HELLO, FWD, FWD_ACK, GET, MSGS, ACK = 1, 2, 3, 4, 5, 6
 MAX_ITEMS = 4_096
 _HEAD = struct.Struct(">BBB")
 _U8, _U16, _U32, _U64 = struct.Struct(">B"), struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">Q")
-_FWD_ITEM = struct.Struct(">QB")
+_FWD_ITEM = struct.Struct(">QBI")
 _GET = struct.Struct(">QIHI")
 _MSG_ITEM = struct.Struct(">QBI")
 
@@ -111,7 +118,7 @@ def encode(packet: Packet) -> bytes:
         parts = [_HEAD.pack(MAGIC, VERSION, FWD), _U64.pack(packet.origin), _U64.pack(packet.floor),
                  _U16.pack(len(packet.items))]
         for item in packet.items:
-            parts += [_FWD_ITEM.pack(item.seq, item.priority), _name(item.queue), _blob(item.body)]
+            parts += [_FWD_ITEM.pack(item.seq, item.priority, item.ttl_ms), _name(item.queue), _blob(item.body)]
         return b"".join(parts)
     if isinstance(packet, ForwardAck):
         return (_HEAD.pack(MAGIC, VERSION, FWD_ACK) + _U64.pack(packet.origin) + _U8.pack(int(packet.full))
@@ -193,13 +200,13 @@ def _decode_body(kind: int, r: _Reader) -> Packet:
         (origin,), (floor,) = r.take(_U64), r.take(_U64)
         forwarded: list[Forwarded] = []
         for _ in range(r.count()):
-            seq, priority = r.take(_FWD_ITEM)
+            seq, priority, ttl_ms = r.take(_FWD_ITEM)
             if priority >= PRIORITIES:
                 raise DecodeError("field", f"priority {priority}")
             queue = r.name()
             if "@" in queue:
                 raise DecodeError("name", "queue name with '@'")
-            forwarded.append(Forwarded(seq, queue, priority, r.blob()))
+            forwarded.append(Forwarded(seq, queue, priority, r.blob(), ttl_ms))
         return Forward(origin, floor, tuple(forwarded))
     if kind == FWD_ACK:
         (origin,), (full,) = r.take(_U64), r.take(_U8)
