@@ -859,6 +859,28 @@ def test_commit_done_when_every_member_installed() -> None:
     assert va[1].coordination is None and va[1].next_deadline() is None
 
 
+def test_a_member_that_never_installed_is_excluded_even_when_the_coordinator_installs_late() -> None:
+    """The commit's view_timeout passes while the coordinator still completes
+    its own cut (total order with promises by gossip is slow): 4 never answered
+    INSTALLED, so it missed the commit. Sparing it ("we moved on") left 4 in
+    every view but its own, for ever (randomized total-order machine, seed
+    2092878708); it is excluded once the coordinator installs."""
+    va = agreements({1, 2, 3})
+    propose = body(ctl(va[1].merge_with({4: 1}, 4, 0.0), MsgType.PROPOSE)[0])
+    va[1].on_propose(1, propose, (0, {}), 0.0)  # the group hands our own proposal back to us
+    commits: list[CtlSend] = []
+    for m in (1, 2, 3, 4):
+        commits += ctl(va[1].on_flush(m, Flush(TAG, propose.epoch, propose.attempt, 0, 0, (), 0), 0.05),
+                       MsgType.COMMIT)
+    (commit,) = only(va[1].on_commit(1, body(commits[0])), Commit)
+    for m in (2, 3):
+        va[1].on_installed(m, InstalledMsg(TAG, propose.epoch, propose.attempt))
+    va[1].on_timeout(0.05 + TIMEOUT + 0.01)  # the deadline, our cut still incomplete
+    assert va[1].coordination is None and 4 in va[1].failed
+    (again,) = ctl(va[1].installed(commit, 1.2), MsgType.PROPOSE)
+    assert members_of(body(again)) == (1, 2, 3)
+
+
 def test_merge_proposal_must_take_our_whole_component() -> None:
     va = agreements({4, 5})
     partial = Propose(TAG, 3, 1, 0, (1, 4))  # from 1, outside our view, without 5

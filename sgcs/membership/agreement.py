@@ -1024,9 +1024,16 @@ class ViewAgreement:
         missing = set(coordination.proposal.members) - coordination.installed - {self.me}
         self.coordination = None
         self._coordinated(Coordinating.CONFIRMING, Event.CONFIRMED)
-        if coordination.proposal.epoch != self.view.epoch:
+        completing = self.committing is not None and self.committing.view.epoch == coordination.proposal.epoch
+        if coordination.proposal.epoch != self.view.epoch and not completing:
             return []  # we moved on ourselves
-        self.failed |= {m for m in missing if m in self.view}
+        # Still completing our own commit (a slow cut: total order with
+        # promises by gossip) is no reason to spare them: the verdict waits in
+        # ``failed`` and the install reconsiders. Sparing them left a member
+        # that missed the commit in everyone's view but its own, for ever
+        # (randomized total-order machine, explore.py seed 2092878708).
+        listed = coordination.proposal.members if completing else self.view
+        self.failed |= {m for m in missing if m in listed}
         return self.reconsider(now) if missing else []
 
     def take_charge(self, now: float) -> list[AgreementOut]:
