@@ -1,11 +1,13 @@
-"""Three hosts on one bridge, made of Linux network namespaces, for real-process tests.
+"""Hosts on one bridge, made of Linux network namespaces, for real-process tests.
 
-``hosts()`` creates, for the test that enters it, four namespaces named
-``sgcs-<pid>-a``, ``-b``, ``-c`` (the hosts) and ``-br`` (the switch): a
-bridge ``br0`` in the switch namespace, and per host a veth pair with its
-host end ``eth0`` (address ``10.213.0.1`` to ``.3``/24, a route for
-224.0.0.0/4) and its switch end ``p<i>`` on the bridge. Everything lives in
-namespaces the test created: the machine's own interfaces, routes and
+``hosts(count)`` creates, for the test that enters it, ``count`` host
+namespaces named ``sgcs-<pid>-a``, ``-b``, ``-c``, ... (three by default, at
+most 26) and ``sgcs-<pid>-br`` (the switch): a bridge ``br0`` in the switch
+namespace, and per host ``i`` a veth pair with its host end ``eth0`` (address
+``10.213.0.<i+1>``/24, a route for 224.0.0.0/4) and its switch end ``p<i>``
+on the bridge (``Hosts.port(i)``: where ``benchmarks/nemesis.py`` filters
+what reaches host ``i``). Everything lives in namespaces the test created:
+the machine's own interfaces, routes and
 addresses are untouched, and nothing can leave the bridge (the project's
 network rule). Leaving the context kills whatever still runs in the
 namespaces (only processes the test started can be there) and deletes them,
@@ -17,7 +19,8 @@ is needed); ``Hosts.block_multicast()`` stops it from forwarding multicast
 at all (unicast, ARP and broadcast still pass), for the peer-list fallback.
 
 Needs root and iproute2 (``ip``, ``bridge``); ``unavailable()`` says why a
-test cannot run.
+test cannot run (``unavailable(tc=True)``: also why the traffic control the
+nemesis needs, ``tc`` with clsact, cBPF filters and tbf, cannot be used).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import string
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -33,7 +37,8 @@ from typing import Iterator
 
 SUBNET = "10.213.0"
 """The hosts' /24: a private range, and private to the bridge anyway."""
-HOSTS = "abc"
+HOSTS = string.ascii_lowercase
+"""The hosts' name suffixes, one letter each: at most 26 hosts."""
 COMMAND_TIMEOUT = 10.0
 """Seconds any one ``ip`` command may take (a failure guard)."""
 
@@ -51,6 +56,11 @@ class Hosts:
         """The command prefix that runs a program on host ``host`` (``ip`` execs
         the program itself, so its pid is the program's)."""
         return ["ip", "netns", "exec", self.names[host]]
+
+    def port(self, host: int) -> str:
+        """The bridge port (in namespace ``switch``) that leads to host ``host``:
+        its egress queue holds every frame the host is about to receive."""
+        return f"p{host}"
 
     def block_multicast(self) -> None:
         """Stop the bridge from forwarding multicast frames between the hosts:
@@ -110,26 +120,47 @@ for _ in range(3):
 """
 
 
-def unavailable() -> str | None:
-    """Why namespaces cannot be made here, or None if they can."""
+def unavailable(tc: bool = False) -> str | None:
+    """Why namespaces cannot be made here, or None if they can; with ``tc``,
+    also why the traffic control ``benchmarks/nemesis.py`` uses (a clsact
+    qdisc, a classic-BPF filter in direct-action mode, a tbf qdisc) cannot be
+    set up in one."""
     if not sys.platform.startswith("linux"):
         return "network namespaces are Linux only"
     if os.geteuid() != 0:
         return "creating network namespaces needs root"
-    for tool in ("ip", "bridge"):
+    for tool in ("ip", "bridge", *(("tc",) if tc else ())):
         if shutil.which(tool) is None:
             return f"iproute2's `{tool}` is not installed"
     name = f"sgcs-{os.getpid()}-probe"
     made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
     if made.returncode != 0:
         return f"`ip netns add` failed: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=COMMAND_TIMEOUT)
+    try:
+        for command in _TC_PROBES if tc else ():
+            done = subprocess.run(["tc", "-n", name, *command], capture_output=True, text=True,
+                                  timeout=COMMAND_TIMEOUT)
+            if done.returncode != 0:
+                return f"`tc {' '.join(command)}` failed: {done.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=COMMAND_TIMEOUT)
     return None
+
+
+_TC_PROBES = (
+    ("qdisc", "add", "dev", "lo", "clsact"),
+    ("filter", "add", "dev", "lo", "egress", "pref", "1", "protocol", "all", "bpf", "bytecode", "1,6 0 0 4294967295",
+     "da"),
+    ("qdisc", "add", "dev", "lo", "root", "tbf", "rate", "1mbit", "burst", "4kb", "latency", "100ms"),
+)
+"""What ``unavailable(tc=True)`` tries on the loopback of a probe namespace."""
 
 
 @contextmanager
 def hosts(count: int = 3) -> Iterator[Hosts]:
-    """Create ``count`` (at most 3) hosts on one bridge; delete them on exit."""
+    """Create ``count`` (at most 26) hosts on one bridge; delete them on exit."""
+    if not 1 <= count <= len(HOSTS):
+        raise ValueError(f"hosts: count must be 1 to {len(HOSTS)}, got {count}")
     tag = f"sgcs-{os.getpid()}"
     names = tuple(f"{tag}-{HOSTS[i]}" for i in range(count))
     switch = f"{tag}-br"
