@@ -24,7 +24,8 @@ name the missing or extra messages. Deliveries after an incarnation's last
 view, or before its first, are not constrained.
 
 Invariant 7 (optimistic messages) has two parts: a message with a
-``rollback`` row anywhere is delivered nowhere, and a message sent with
+``rollback`` row anywhere is delivered nowhere (nor one its sender withdrew,
+in a view that sender installs after withdrawing it), and a message sent with
 ``optimistic`` True under optimistic view O is delivered only in installed
 views whose members include all of O's (taken from the ``view`` rows with
 ``optimistic`` True). The subset test is done once per distinct (O, delivery
@@ -96,14 +97,20 @@ def undelivered_among_survivors(events: Any, grace: float = 2.0) -> Any:
     node that installed V and whose next installed view still contains the
     sender, unless a ``transitional`` row of that node for V leaves the sender
     out of the members that moved with it; if that node installed no later view, by every such node that
-    stays up while the sender stays up. Rolled-back messages are exempt, and
-    messages sent in the last ``grace`` seconds may still be in flight.
+    stays up while the sender stays up. Rolled-back messages are exempt, and so
+    are messages their sender withdrew (sent under a proposal it gave up for
+    another coordinator's: a coordinator that proposes again with the same
+    members names the new proposal like the old, so the view id alone cannot
+    tell them apart; ``voided_deliveries`` checks that nobody delivers them in
+    a view their sender installs after withdrawing them). Messages sent in the
+    last ``grace`` seconds may still be in flight.
     """
     import numpy as np
 
     end = events["t"].max()
-    sends = _without_rolled_back(events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)],
-                                 events)[["t", "group", "sender", "seq", "view_id"]]
+    sends = _without_withdrawn(_without_rolled_back(
+        events[(events["kind"] == "send") & events["dest"].isna() & (events["t"] <= end - grace)], events),
+        events)[["t", "group", "sender", "seq", "view_id"]]
     rows = _with_incarnation(events)
     views = rows[(rows["kind"] == "view") & ~_optimistic(rows)]
     views = views.assign(next_members=views.groupby(_INCARNATION, sort=False)["members"].shift(-1))
@@ -140,7 +147,7 @@ def violations(events: Any, grace: float = 2.0) -> dict[str, int]:
         "4_causal": causal_violations(events),
         "5_virtual_synchrony": len(virtual_synchrony_violations(events)),
         "6_loss_among_survivors": len(undelivered_among_survivors(events, grace)),
-        "7_rolled_back_delivered": len(rolled_back_deliveries(events)),
+        "7_rolled_back_delivered": len(voided_deliveries(events)),
         "7_outside_optimistic_view": len(optimistic_view_violations(events)),
         "8_without_outcome": len(without_outcome(events, grace)),
     }
@@ -249,6 +256,24 @@ def _send_vectors(records: list[tuple[int, str, int, int]], column: dict[int, in
     return causes
 
 
+def _withdrawn(events: Any) -> Any:
+    """``not_delivered`` rows of reason ``withdrawn`` at the message's sender (multicasts)."""
+    if "reason" not in events:
+        return events.iloc[0:0]
+    return events[(events["kind"] == "not_delivered") & (events["reason"] == "withdrawn") & events["dest"].isna()
+                  & (events["node"] == events["sender"])]
+
+
+def _without_withdrawn(rows: Any, events: Any) -> Any:
+    """``rows`` minus those of messages their sender withdrew."""
+    withdrawn = _withdrawn(events)[["group", "sender", "seq"]].drop_duplicates()
+    if withdrawn.empty:
+        return rows
+    keys = rows[["group", "sender", "seq"]].merge(withdrawn.assign(_withdrawn=True), on=["group", "sender", "seq"],
+                                                  how="left")["_withdrawn"].fillna(False).to_numpy(dtype=bool)
+    return rows[~keys]
+
+
 def _without_rolled_back(rows: Any, events: Any) -> Any:
     """Rolled-back messages void: nobody delivers them, and what their sender
     sent next does not depend on them (invariant 7)."""
@@ -348,6 +373,29 @@ def rolled_back_deliveries(events: Any) -> Any:
     rolled = multicast[multicast["kind"] == "rollback"][_MESSAGE].drop_duplicates()
     delivered = multicast[multicast["kind"] == "deliver"]
     return delivered.merge(rolled, on=_MESSAGE)[["t", "node", *_MESSAGE, "view_id"]]
+
+
+def withdrawn_deliveries(events: Any) -> Any:
+    """Invariant 7, withdrawn part: deliver rows (multicast) of a message its
+    sender withdrew, in a view that sender installed after withdrawing it
+    (``NotDelivered``: no member of the sender's next view delivers it)."""
+    rows = _with_incarnation(events)
+    withdrawn = _withdrawn(rows)[["t", "node", "incarnation", *_MESSAGE]]
+    if withdrawn.empty:
+        return rows.iloc[0:0][["t", "node", *_MESSAGE, "view_id"]]
+    views = rows[(rows["kind"] == "view") & ~_optimistic(rows)][["t", "node", "incarnation", "group", "view_id"]]
+    later = withdrawn.merge(views, on=["node", "incarnation", "group"], suffixes=("", "_view"))
+    later = later[later["t_view"] >= later["t"]][[*_MESSAGE, "view_id"]].drop_duplicates()
+    delivered = rows[(rows["kind"] == "deliver") & ~rows["unicast"]]
+    return delivered.merge(later, on=[*_MESSAGE, "view_id"])[["t", "node", *_MESSAGE, "view_id"]]
+
+
+def voided_deliveries(events: Any) -> Any:
+    """Invariant 7, first part: deliveries of a rolled-back message, or of a
+    withdrawn one in a view its sender installed after withdrawing it."""
+    import pandas as pd
+
+    return pd.concat([rolled_back_deliveries(events), withdrawn_deliveries(events)], ignore_index=True)
 
 
 def optimistic_view_violations(events: Any) -> Any:

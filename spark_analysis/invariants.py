@@ -46,8 +46,9 @@ Trace order is the ``pos`` column (readers.py); t is only used to prune.
    that stay with the sender: in their next view and, if they report a
    transitional view, among the members that moved with them; or that stay
    up if they never install a later view) as a join, minus the deliveries
-   (an anti join).
-7. Rolled-back messages delivered (a join), and optimistic messages
+   (an anti join); messages their sender withdrew are exempt, as in checks.py.
+7. Rolled-back messages delivered (a join; withdrawn ones too, in a view
+   their sender installed after withdrawing them), and optimistic messages
    delivered in an installed view lacking a member of their optimistic view
    (``array_except`` once per distinct pair of views).
 
@@ -281,7 +282,7 @@ def loss_among_survivors(ev: DataFrame, grace: float = GRACE) -> DataFrame:
     end = ev.groupBy("run").agg(F.max("t").alias("t_end"))
     sends = (ev.where((F.col("kind") == "send") & multicast()).join(end, "run")
              .where(F.col("t") <= F.col("t_end") - grace).select("run", "t", "group", "sender", "seq", "view_id", "pos"))
-    sends = without_rolled_back(sends, ev)
+    sends = without_rolled_back(sends, ev).join(withdrawn(ev).select(*MESSAGE).distinct(), MESSAGE, "left_anti")
     incarnation = Window.partitionBy("run", "node", "incarnation", "group").orderBy("pos")
     views = installed_views(ev).withColumn("next_members", F.lead("members").over(incarnation)).select(
         "run", "group", "view_id", "node", "incarnation", "next_members")
@@ -330,12 +331,27 @@ def without_outcome(ev: DataFrame, grace: float = GRACE) -> DataFrame:
 # ---------------------------------------------------------------- 7
 
 
+def withdrawn(ev: DataFrame) -> DataFrame:
+    """``not_delivered`` rows of reason ``withdrawn`` at the message's sender (multicasts)."""
+    if "reason" not in ev.columns:
+        return ev.limit(0)
+    return ev.where((F.col("kind") == "not_delivered") & (F.col("reason") == "withdrawn") & multicast()
+                    & (F.col("node") == F.col("sender")))
+
+
 def rolled_back_delivered(ev: DataFrame) -> DataFrame:
-    """Invariant 7, first part: multicast deliveries of a message rolled back anywhere."""
+    """Invariant 7, first part: multicast deliveries of a message rolled back anywhere, or of
+    a message its sender withdrew in a view that sender installed after withdrawing it."""
     mc = ev.where(multicast())
     rolled = mc.where(F.col("kind") == "rollback").select(*MESSAGE).distinct()
-    return mc.where(F.col("kind") == "deliver").join(rolled, MESSAGE).select(
-        "run", "t", "node", "group", "sender", "seq", "view_id", "pos")
+    delivered = mc.where(F.col("kind") == "deliver")
+    columns = ("run", "t", "node", "group", "sender", "seq", "view_id", "pos")
+    w = withdrawn(ev).select("node", "incarnation", *MESSAGE, F.col("t").alias("t_withdrawn"))
+    views = installed_views(ev).select("run", "node", "incarnation", "group", "view_id", F.col("t").alias("t_view"))
+    later = (w.join(views, ["run", "node", "incarnation", "group"]).where(F.col("t_view") >= F.col("t_withdrawn"))
+             .select(*MESSAGE, "view_id").distinct())
+    return delivered.join(rolled, MESSAGE).select(*columns).unionByName(
+        delivered.join(later, [*MESSAGE, "view_id"]).select(*columns))
 
 
 def _first_members(views: DataFrame, name: str) -> DataFrame:
@@ -414,7 +430,7 @@ _ORDERS_CHECKED = {"3_total": TOTAL_ORDERS, "4_causal": CAUSAL_ORDERS}
 """Checks that look only at groups of these orders (unless ``all_groups``)."""
 _KINDS_NEEDED = {"1_duplicate": {"deliver"}, "2_fifo": {"deliver"}, "3_total": {"deliver"},
                  "4_causal": {"send", "deliver"}, "5_virtual_synchrony": {"view"},
-                 "6_loss_among_survivors": {"send", "view"}, "7_rolled_back_delivered": {"rollback", "deliver"},
+                 "6_loss_among_survivors": {"send", "view"}, "7_rolled_back_delivered": {"deliver"},
                  "7_outside_optimistic_view": {"send", "deliver", "view"}, "8_without_outcome": {"send"}}
 """Event kinds without which a check finds nothing: it reads rows of each through an inner join
 (7_outside_optimistic_view also needs an optimistic send row)."""
@@ -427,6 +443,8 @@ def _nothing_to_check(key: str, all_groups: bool, orders: set[str] | None, kinds
     if orders is not None and not all_groups and checked is not None and not orders & set(checked):
         return True
     if kinds is not None and not _KINDS_NEEDED[key] <= kinds:
+        return True
+    if kinds is not None and key == "7_rolled_back_delivered" and not kinds & {"rollback", "not_delivered"}:
         return True
     return key == "7_outside_optimistic_view" and optimistic_sends is False
 

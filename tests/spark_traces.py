@@ -158,14 +158,28 @@ def loss() -> Trace:
     for n in (1, 2):
         trace.add(0.5, n, "transitional", group="h", view_id="h1", members=[1, 2])
     trace.view(0.6, [0, 1, 2], "h2", [0, 1, 2], group="h")
+    # Not a violation either: in group w, (1, 1) is sent under a first proposal named w2, which
+    # its sender withdraws; the same coordinator proposes again with the same members (the same
+    # name w2), and that one is installed: nobody owes (1, 1); (1, 2), sent under the second, arrives.
+    trace.view(0.7, [0, 1, 2], "w1", [0, 1, 2], group="w")
+    trace.view(0.71, [1], "w2", [0, 1, 2], optimistic=True, group="w").send(0.72, 1, 1, "w2", True, "w")
+    trace.add(0.73, 1, "not_delivered", group="w", sender=1, seq=1, view_id="w1", reason="withdrawn")
+    trace.view(0.74, [1], "w2", [0, 1, 2], optimistic=True, group="w").send(0.75, 1, 2, "w2", True, "w")
+    trace.view(0.8, [0, 1, 2], "w2", [0, 1, 2], group="w")
+    for n in (0, 1, 2):
+        trace.deliver(0.81, n, 1, 2, view_id="w2", optimistic=True, group="w")
     return trace.end()
 
 
 def rolled_back() -> Trace:
-    """Invariant 7: optimistic (0, 1) is rolled back, yet node 1 delivers it."""
+    """Invariant 7: optimistic (0, 1) is rolled back, yet node 1 delivers it; in group w,
+    (2, 1) is withdrawn by its sender, yet node 0 delivers it in w3, which 2 installs afterwards."""
     trace = Trace().view(0.0, [0, 1, 2], "v1", [0, 1, 2]).view(0.5, [0, 1, 2], "v2", [0, 1, 2], optimistic=True)
     trace.send(0.6, 0, 1, view_id="v2", optimistic=True).deliver(0.61, 1, 0, 1, view_id="v2", optimistic=True)
     trace.add(0.7, 0, "rollback", group="g", sender=0, seq=1, view_id="v2")
+    trace.view(0.8, [0, 1, 2], "w1", [0, 1, 2], group="w").send(0.81, 2, 1, "w2", True, "w")
+    trace.add(0.82, 2, "not_delivered", group="w", sender=2, seq=1, view_id="w1", reason="withdrawn")
+    trace.view(0.9, [0, 1, 2], "w3", [0, 1, 2], group="w").deliver(0.91, 0, 2, 1, "w3", True, "w")
     return trace.end()
 
 
@@ -197,7 +211,7 @@ VIOLATIONS = {
     "4_causal": (causal, 1),
     "5_virtual_synchrony": (virtual_synchrony, 1),
     "6_loss_among_survivors": (loss, 1),
-    "7_rolled_back_delivered": (rolled_back, 1),
+    "7_rolled_back_delivered": (rolled_back, 2),
     "7_outside_optimistic_view": (outside_optimistic, 3),
     "8_without_outcome": (without_outcome, 1),
 }
