@@ -143,3 +143,26 @@ def test_a_message_sent_in_a_view_we_missed_is_not_delivered_again_in_the_next()
     change.begin({1: 0, 2: 5}, frozenset(), 3)
     change.install()
     assert change.settle(c, OLD, (1, 2), frozenset(), left_out=False) == ([], [])
+
+
+def test_a_message_sent_under_an_earlier_epoch_of_the_committed_proposal_goes_on() -> None:
+    """Sender 2 left our view for one of its own (we missed it), answered
+    coordinator 2's proposal at epoch 4 and sent 2#2 under it; the
+    coordinator proposed the same members again at epochs 5, 6 and 7 and
+    committed the last, with 2#2 above the cut and not withdrawn. The other
+    members deliver 2#2 in the new view; so must we, though its tag (4) is
+    not the commit's epoch (7) and its sender moved on from our view
+    (membership machine with the ring detector, explore.py seed 607398007:
+    invariant 5)."""
+    change = ViewChange(1)
+    change.freeze({1: 0, 2: 0})
+    alone = View.of(2, (2,))
+    change.gate([msg(2, 1, True, 2), msg(2, 2, True, 4)], epoch=3)
+    c = commit((1, 2), cut={2: 1}, epoch=7)
+    c = Commit(c.view, c.cut, c.rollback, c.coordinator, c.attempt,
+               origins={2: lineage(alone, OLD), 1: lineage(OLD, None)})
+    assert c.moved_on(2, OLD)
+    change.begin({1: 0, 2: 1}, frozenset(), 3)
+    change.install()
+    kept, rolled_back = change.settle(c, OLD, (1, 2), frozenset(), left_out=False)
+    assert kept == [msg(2, 2, True, 4)] and rolled_back == []  # 2#1, within the cut, belongs to the view we missed
