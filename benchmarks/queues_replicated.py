@@ -6,15 +6,21 @@ Replica 0 produces (``put_many`` in batches, logging the ids whose put
 returned: acknowledged), replica 1 consumes (get, log, ack), replica 2 is the
 victim by default (``--victim producer`` kills the producer instead). The
 harness kills the victim with SIGKILL at a random moment while sends are under
-way, then waits for the consumer to drain, and checks by id.
+way, then waits for the consumer to drain, and checks by id. With
+``--restart-after N`` the killed replica starts again once N more puts were
+acknowledged; it catches up by state transfer, and at the end every replica
+reports its state (ops applied, a digest of its queue, tags, dead messages and
+dedup ids), which must be equal.
 
     python benchmarks/queues_replicated.py --messages 10000
     python benchmarks/queues_replicated.py --messages 10000 --victim producer
+    python benchmarks/queues_replicated.py --messages 20000 --restart-after 10000
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -41,11 +47,15 @@ async def replica(args: argparse.Namespace) -> None:
     config = sgcs.Config(name=f"r{args.index}", secret=SECRET, multicast_group=args.multicast_group,
                          multicast_port=args.multicast_port, beacon_interval=0.2)
     out = open(Path(args.dir) / f"r{args.index}.ids", "a")
-    async with sgcs.open_node(config) as node, open_replicated_queue(node, "jobs") as queue:
+    async with sgcs.open_node(config) as node, open_replicated_queue(node, "jobs", replicas=3) as queue, \
+            trio.open_nursery() as nursery:
+        nursery.start_soon(report_state, queue, Path(args.dir), args.index)
         with trio.fail_after(30):
-            while len(queue.members) < 3:
+            while len(queue.members) < 3 or (args.rejoin and not queue.transfers):
                 await trio.sleep(0.05)
         print("ready", flush=True)
+        if args.rejoin:
+            await trio.sleep_forever()
         if args.index == 0:
             rng = random.Random(args.index)
             for start in range(0, args.messages, args.batch):
@@ -65,8 +75,36 @@ async def replica(args: argparse.Namespace) -> None:
                     out.flush()
                     await queue.ack(batch)
             print("done", flush=True)
+            await trio.sleep_forever()  # until the harness has its state
         else:
             await trio.sleep_forever()
+
+
+async def report_state(queue: object, workdir: Path, index: int) -> None:
+    """Once the harness asks (a file ``report``), write this replica's state when it
+    has applied nothing new for half a second."""
+    import trio
+
+    while not (workdir / "report").exists():
+        await trio.sleep(0.1)
+    last = -1
+    while last != queue.applied:  # type: ignore[attr-defined]
+        last = queue.applied  # type: ignore[attr-defined]
+        await trio.sleep(0.5)
+    (workdir / f"r{index}.state").write_text(json.dumps(state_of(queue)))
+
+
+def state_of(queue: object) -> dict[str, object]:
+    db = queue.store._db  # type: ignore[attr-defined]
+    digest = hashlib.blake2b(digest_size=16)
+    for row in db.execute("SELECT seq, msg_id, priority, state, owner, deliveries, expires_at, body FROM messages "
+                          "ORDER BY seq"):
+        digest.update(repr(row).encode())
+    digest.update(repr(db.execute("SELECT * FROM sqlite_sequence ORDER BY name").fetchall()).encode())
+    digest.update(b"".join(queue._dedup))  # type: ignore[attr-defined]
+    count = db.execute("SELECT count(*) FROM messages").fetchone()[0]
+    return {"applied": queue.applied, "messages": count,  # type: ignore[attr-defined]
+            "digest": digest.hexdigest(), "transfers": queue.transfers}  # type: ignore[attr-defined]
 
 
 def free_port() -> int:
@@ -85,13 +123,14 @@ def harness(args: argparse.Namespace) -> int:
     net = random.SystemRandom()
     group, port = f"239.255.{net.randrange(256)}.{net.randrange(1, 255)}", free_port()
     print(f"seed {args.seed}; replay: python benchmarks/queues_replicated.py --messages {args.messages} "
-          f"--victim {args.victim} --seed {args.seed}; files in {args.dir}")
+          f"--victim {args.victim} --seed {args.seed}"
+          f"{'' if args.restart_after is None else f' --restart-after {args.restart_after}'}; files in {args.dir}")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = []
+    procs, commands = [], []
     for index in range(3):
-        cmd = [sys.executable, "-P", __file__, "--index", str(index), "--dir", args.dir, "--messages",
+        commands.append(cmd := [sys.executable, "-P", __file__, "--index", str(index), "--dir", args.dir, "--messages",
                str(args.messages), "--batch", str(args.batch), "--idle", str(args.idle),
-               "--multicast-group", group, "--multicast-port", str(port)]
+               "--multicast-group", group, "--multicast-port", str(port)])
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env,
                                       stderr=open(Path(args.dir) / f"r{index}.log", "w")))
     try:
@@ -108,6 +147,18 @@ def harness(args: argparse.Namespace) -> int:
         acked_at_kill = len(read_ids(Path(args.dir) / "r0.ids"))
         print(f"killed replica {procs.index(victim)} after {time.monotonic() - start:.2f} s, "
               f"{acked_at_kill} puts acknowledged then", flush=True)
+        if args.restart_after is not None and args.victim != "producer":
+            while len(read_ids(Path(args.dir) / "r0.ids")) < acked_at_kill + args.restart_after:
+                if procs[0].poll() is not None:
+                    raise SystemExit(f"the producer ended; see {args.dir}/r0.log")
+                time.sleep(0.05)
+            procs[2] = subprocess.Popen([*commands[2], "--rejoin"], stdout=subprocess.PIPE, text=True, env=env,
+                                        stderr=open(Path(args.dir) / "r2.rejoin.log", "w"))
+            assert procs[2].stdout is not None
+            if procs[2].stdout.readline().strip() != "ready":
+                raise SystemExit(f"the restarted replica did not catch up; see {args.dir}/r2.rejoin.log")
+            print(f"restarted replica 2 after {len(read_ids(Path(args.dir) / 'r0.ids')) - acked_at_kill} further "
+                  "puts; it loaded a snapshot", flush=True)
         if args.victim != "producer":
             assert procs[0].stdout is not None
             if procs[0].stdout.readline().strip() != "done":
@@ -116,6 +167,7 @@ def harness(args: argparse.Namespace) -> int:
         assert procs[1].stdout is not None
         if procs[1].stdout.readline().strip() != "done":
             raise SystemExit(f"the consumer did not finish; see {args.dir}/r1.log")
+        states = final_states(args, procs)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -125,12 +177,27 @@ def harness(args: argparse.Namespace) -> int:
     duplicates = len(received) - len(set(received))
     lost = len(set(acked) - set(received))
     ok = duplicates == 0 and lost == 0 and (args.victim == "producer" or len(set(acked)) == args.messages)
+    same = len({(s["applied"], s["digest"]) for s in states.values()}) == 1
+    ok = ok and (args.restart_after is None or (same and len(states) == 3))
+    print(json.dumps({"states": states, "states_equal": same}))
     print(json.dumps({"messages": args.messages, "victim": args.victim, "acknowledged": len(acked),
                       "acknowledged_at_kill": acked_at_kill, "received": len(received),
                       "acknowledged_lost": lost, "duplicates": duplicates,
                       "put_msg_per_s": round(len(acked) / produced) if args.victim != "producer" else None,
                       "exactly_once": ok}))
     return 0 if ok else 1
+
+
+def final_states(args: argparse.Namespace, procs: list[subprocess.Popen[str]]) -> dict[str, dict[str, object]]:
+    """Ask the live replicas for their state (see ``report_state``)."""
+    workdir = Path(args.dir)
+    (workdir / "report").touch()
+    live = [i for i, proc in enumerate(procs) if proc.poll() is None]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all((workdir / f"r{i}.state").exists() for i in live):
+        time.sleep(0.1)
+    return {f"r{i}": json.loads((workdir / f"r{i}.state").read_text()) for i in live
+            if (workdir / f"r{i}.state").exists()}
 
 
 def main() -> int:
@@ -142,6 +209,9 @@ def main() -> int:
     parser.add_argument("--victim", choices=("replica", "producer"), default="replica")
     parser.add_argument("--kill-within", type=float, default=1.5, help="the kill comes within this many seconds")
     parser.add_argument("--idle", type=float, default=5.0, help="the consumer stops after this many idle seconds")
+    parser.add_argument("--restart-after", type=int, default=None,
+                        help="restart the killed replica after this many further acknowledged puts")
+    parser.add_argument("--rejoin", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=random.SystemRandom().randrange(10**6))
     parser.add_argument("--multicast-group")
     parser.add_argument("--multicast-port", type=int)

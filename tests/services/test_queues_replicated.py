@@ -38,9 +38,11 @@ OPS: list[rq.Op] = [
     rq.Put(b"j" * 16, 0, 0, b""),
     rq.Get(7, 3, 1_700_000_000_456, 5),
     rq.Get(8, 0, 0, 0),
-    rq.Settle(False, (1, 2)),
+    rq.Settle(False, (1, 2), 9),
     rq.Settle(True, ()),
-    rq.Purge(),
+    rq.Purge(3),
+    rq.Hello(1 << 63, 4, 1_000),
+    rq.State(7, 0, 2, b"image"),
 ]
 
 
@@ -48,8 +50,9 @@ OPS: list[rq.Op] = [
 def test_ops_round_trip_and_anything_else_raises_decode_error(op: rq.Op) -> None:
     data = encode_op(op)
     assert decode_op_untrusted(data) == op
-    fixed_length = not isinstance(op, rq.Put)  # a PUT's body takes what follows
-    for cut in range(len(data) if fixed_length else rq._PUT.size):
+    fixed_length = not isinstance(op, (rq.Put, rq.State))  # a PUT's body, a STATE's chunk take what follows
+    head = rq._PUT.size if isinstance(op, rq.Put) else rq._STATE.size
+    for cut in range(len(data) if fixed_length else head):
         with pytest.raises(DecodeError):
             decode_op_untrusted(data[:cut])
     if fixed_length:
@@ -67,7 +70,7 @@ async def test_three_replicas_apply_the_same_puts_gets_and_acks() -> None:
         replicas = []
         for i in range(3):
             node = await stack.enter_async_context(sgcs.open_node(sgcs.Config(name=f"r{i}", secret=SECRET, **net)))
-            replicas.append(await stack.enter_async_context(open_replicated_queue(node, "jobs")))
+            replicas.append(await stack.enter_async_context(open_replicated_queue(node, "jobs", replicas=3)))
         with trio.fail_after(WAIT):
             while not all(len(r.members) == 3 for r in replicas):
                 await trio.sleep(0.02)
@@ -97,22 +100,22 @@ async def test_three_replicas_apply_the_same_puts_gets_and_acks() -> None:
 async def test_leases_of_a_member_that_leaves_are_released_everywhere() -> None:
     net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(sgcs.Config(name="a", secret=SECRET, **net)) as na, \
-            open_replicated_queue(na, "jobs") as a, \
+            open_replicated_queue(na, "jobs", replicas=3) as a, \
             sgcs.open_node(sgcs.Config(name="b", secret=SECRET, **net)) as nb, \
-            open_replicated_queue(nb, "jobs") as b:
+            open_replicated_queue(nb, "jobs", replicas=3) as b:
         with trio.fail_after(WAIT):
             while not (len(a.members) == 2 and len(b.members) == 2):
                 await trio.sleep(0.02)
             await a.put(b"x", 1)
         async with sgcs.open_node(sgcs.Config(name="c", secret=SECRET, **net)) as nc:
-            # c joins late: no state transfer, so it holds only what arrives after it joined; "y"
-            # outranks "x", so c's GET leases the same message at every replica
-            async with open_replicated_queue(nc, "jobs") as c:
+            # c joins late and receives the state ("x") by transfer; "y" outranks "x", so c's
+            # GET leases the same message at every replica
+            async with open_replicated_queue(nc, "jobs", replicas=3) as c:
                 with trio.fail_after(WAIT):
                     while len(a.members) < 3:
                         await trio.sleep(0.02)
                     await a.put(b"y", 2)
-                    while c.depth() < 1:
+                    while c.depth() < 2:
                         await trio.sleep(0.02)
                     (m,) = await c.get_many(1, timeout=5)
                 assert m.body == b"y"
@@ -165,7 +168,8 @@ def test_replicas_fed_one_stream_hold_the_same_queue(ops: list[tuple[str, int, i
     replicas = []
     for me, skew in ((1, 0.0), (2, 500.0), (3, -500.0)):
         group = types.SimpleNamespace(node_id=me)
-        replica = rq.ReplicatedQueue(group, "jobs", dedup_window=100, delivery_limit=me)  # type: ignore[arg-type]
+        replica = rq.ReplicatedQueue(group, "jobs", replicas=3,  # type: ignore[arg-type]
+                                     dedup_window=100, delivery_limit=me)
         replica._nursery = _Nursery()  # type: ignore[assignment]
         replica.clock = _fixed_clock(1_000.0 + skew)
         replicas.append(replica)
@@ -215,7 +219,8 @@ async def test_ttl_and_delivery_limit_retire_the_same_messages_at_every_replica(
         replicas = []
         for i in range(3):
             node = await stack.enter_async_context(sgcs.open_node(sgcs.Config(name=f"t{i}", secret=SECRET, **net)))
-            replicas.append(await stack.enter_async_context(open_replicated_queue(node, "jobs", delivery_limit=2)))
+            replicas.append(await stack.enter_async_context(
+                open_replicated_queue(node, "jobs", replicas=3, delivery_limit=2)))
         with trio.fail_after(WAIT):
             while not all(len(r.members) == 3 for r in replicas):
                 await trio.sleep(0.02)

@@ -27,7 +27,7 @@ class Mine(Exception):
 SERVICES: dict[str, Callable[[Any], Any]] = {
     "handles": lambda node: attach(node, "field"),
     "queues": lambda node: open_queue_manager(node, "a"),
-    "replicated queue": lambda node: open_replicated_queue(node, "rq"),
+    "replicated queue": lambda node: open_replicated_queue(node, "rq", replicas=1),
 }
 
 

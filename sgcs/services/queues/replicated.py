@@ -35,42 +35,61 @@ replica's store (``info().dead``, ``dead_letters()``) until a PURGE.
 Every op starts with a version byte (``OP_VERSION``); an op of another
 version, like any that does not decode, is dropped and counted.
 
-A view change is one more operation in the stream (virtual synchrony: every
-replica installs it after the same messages): the leases of members that left
-or failed are released at that point everywhere. The consumer is a member: its
-``get`` multicasts GET and returns what its own replica leased to it.
+**Primary component** (Amir's rule for replication over a group
+communication system). ``replicas`` is the size of the replica set; a view
+holding more than half of it is primary, and only there do ops apply. In any
+other view every op is refused at every member of it (the same decision
+everywhere: it depends on the view alone), and the writer gets
+``NotPrimary``, so a minority never acknowledges a write.
+
+**State transfer.** A view change is one more point in the stream (virtual
+synchrony: the members that move together deliver the same ops before it).
+When every member of a new primary view comes from one settled primary view
+(no ``joined``), their states are equal and ops go on applying. Otherwise
+(a joiner, a restarted replica, a healed partition) ops wait: each replica
+multicasts HELLO(view, generation, applied), where ``generation`` counts the
+primary views its state went through. Once all are delivered (the same point
+in every stream) the replica with the highest (generation, applied), lowest
+id on ties, is the provider; it snapshots its state there (its SQLite image,
+the dedup ids, the op count) and multicasts it in STATE chunks. The replicas
+behind load it, then every replica applies the ops held since the view began.
+The leases of consumers not in the view or behind (restarted, back from a
+minority) go back at that point. A view that changes before it settles
+applied nothing it held: the writers send their ops again.
 
 **Acknowledged means replicated.** ``put`` returns when the replica of the
 caller has applied its PUT; under safe order that happens only once every
 member of the view holds the PUT, so a message whose ``put`` returned survives
-the kill -9 of every replica but one. A PUT sent during a view change may come
-back in a ``Rollback`` or a ``NotDelivered``; the replica then sends its
-unapplied PUTs again (the id makes that idempotent). A GET not answered within
-5 s is asked again.
+the kill -9 of every replica but one. Every write (PUT, GET, ACK, RELEASE,
+PURGE) waits until the stream decides it; one that comes back in a
+``Rollback`` or a ``NotDelivered``, or that a view change caught unapplied,
+is sent again (a PUT's id and the request ids make that idempotent).
 
-Limits: a replica that restarts (or a member that joins later) has no state
-transfer here, so it cannot catch up: run replicas from the start and replace
-a failed one by starting a new queue. The set of applied ids kept for dedup is
-bounded (``dedup_window``). Receive is at least once across a consumer's crash
-(its leases go back to the queue).
+Limits: the set of applied ids kept for dedup is bounded (``dedup_window``).
+Receive is at least once across a consumer's crash (its leases go back to the
+queue). A write refused with ``NotPrimary`` after a partition began may still
+have been applied by the primary side (like an unconfirmed publish).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
+import sqlite3
 import struct
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Union
 
 import trio
 
 import sgcs
-from sgcs.errors import DecodeError, UsageError
+from sgcs.errors import DecodeError, SgcsError, UsageError
 
 from ..tasks import background
 from .store import (
@@ -85,19 +104,32 @@ from .store import (
     check_ttl,
 )
 
-OP_VERSION = 2
-"""First byte of every op (version 1 had none, no TTL and no delivery limit)."""
-PUT, GET, ACK, RELEASE, PURGE = 1, 2, 3, 4, 5
+OP_VERSION = 3
+"""First byte of every op (version 1 had none, no TTL and no delivery limit; version 2
+had no primary component, no state transfer and no request ids on ACK, RELEASE, PURGE)."""
+PUT, GET, ACK, RELEASE, PURGE, HELLO, STATE = 1, 2, 3, 4, 5, 6, 7
 _HEAD = struct.Struct(">BB")
 _PUT = struct.Struct(">BB16sBQ")
 _GET = struct.Struct(">BBQHQI")
-_TAGS = struct.Struct(">BBH")
+_TAGS = struct.Struct(">BBQH")
+_PURGE = struct.Struct(">BBQ")
+_HELLO = struct.Struct(">BBQQQ")
+_STATE = struct.Struct(">BBQII")
 _U64 = struct.Struct(">Q")
 QUEUE = "q"
 MAX_TAGS = 4_096
 MAX_DELIVERY_LIMIT = 0xFFFF_FFFF
 MAX_TTL = 10 * 365 * 86_400.0
 """Seconds; a TTL beyond is surely a mistake (the expiry travels as u64 milliseconds)."""
+STATE_CHUNK = 256 * 1024
+"""Bytes of snapshot per STATE op."""
+MAX_STATE_CHUNKS = 1 << 16
+
+
+class NotPrimary(SgcsError):
+    """This replica is not in a primary component (a view holding a majority of
+    the ``replicas`` configured), so the write was not acknowledged. One sent
+    just before a partition may still have been applied by the primary side."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +156,33 @@ class Get:
 class Settle:
     release: bool
     tags: tuple[int, ...]
+    request: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Purge:
-    pass
+    request: int = 0
 
 
-Op = Union[Put, Get, Settle, Purge]
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A replica's standing at the start of a primary view: how many primary
+    views its state has seen (``generation``) and how many ops it applied."""
+    view: int
+    generation: int
+    applied: int
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """One chunk of the provider's snapshot for the view named by ``view``."""
+    view: int
+    index: int
+    total: int
+    chunk: bytes
+
+
+Op = Union[Put, Get, Settle, Purge, Hello, State]
 
 
 def encode_op(op: Op) -> bytes:
@@ -140,9 +191,13 @@ def encode_op(op: Op) -> bytes:
     if isinstance(op, Get):
         return _GET.pack(OP_VERSION, GET, op.request, op.count, op.now_ms, op.delivery_limit)
     if isinstance(op, Settle):
-        return (_TAGS.pack(OP_VERSION, RELEASE if op.release else ACK, len(op.tags))
+        return (_TAGS.pack(OP_VERSION, RELEASE if op.release else ACK, op.request, len(op.tags))
                 + b"".join(_U64.pack(t) for t in op.tags))
-    return _HEAD.pack(OP_VERSION, PURGE)
+    if isinstance(op, Hello):
+        return _HELLO.pack(OP_VERSION, HELLO, op.view, op.generation, op.applied)
+    if isinstance(op, State):
+        return _STATE.pack(OP_VERSION, STATE, op.view, op.index, op.total) + op.chunk
+    return _PURGE.pack(OP_VERSION, PURGE, op.request)
 
 
 def decode_op_untrusted(data: bytes) -> Op:
@@ -170,14 +225,27 @@ def decode_op_untrusted(data: bytes) -> Op:
     if kind in (ACK, RELEASE):
         if len(data) < _TAGS.size:
             raise DecodeError("length", "tags")
-        _, _, count = _TAGS.unpack_from(data)
+        _, _, request, count = _TAGS.unpack_from(data)
         if count > MAX_TAGS or len(data) != _TAGS.size + 8 * count:
             raise DecodeError("length", "tags")
-        return Settle(kind == RELEASE, tuple(_U64.unpack_from(data, _TAGS.size + 8 * i)[0] for i in range(count)))
+        tags = tuple(_U64.unpack_from(data, _TAGS.size + 8 * i)[0] for i in range(count))
+        return Settle(kind == RELEASE, tags, request)
     if kind == PURGE:
-        if len(data) != _HEAD.size:
+        if len(data) != _PURGE.size:
             raise DecodeError("length", "purge")
-        return Purge()
+        return Purge(_PURGE.unpack(data)[2])
+    if kind == HELLO:
+        if len(data) != _HELLO.size:
+            raise DecodeError("length", "hello")
+        _, _, view, generation, applied = _HELLO.unpack(data)
+        return Hello(view, generation, applied)
+    if kind == STATE:
+        if len(data) < _STATE.size or len(data) - _STATE.size > STATE_CHUNK:
+            raise DecodeError("length", "state")
+        _, _, view, index, total = _STATE.unpack_from(data)
+        if not index < total <= MAX_STATE_CHUNKS:
+            raise DecodeError("field", f"chunk {index} of {total}")
+        return State(view, index, total, data[_STATE.size:])
     raise DecodeError("type", str(kind))
 
 
@@ -185,33 +253,120 @@ def _ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
+def _view_token(view_id: str) -> int:
+    """64 bits naming a view in HELLO and STATE ops (a stale one is ignored)."""
+    return int.from_bytes(hashlib.blake2b(view_id.encode(), digest_size=8).digest(), "big")
+
+
+_SNAPSHOT = struct.Struct(">QIII")
+"""Snapshot head: ops applied, delivery limit in force (0: none), dedup ids, then the
+ids (16 bytes each) and the store's SQLite image."""
+
+
+class Standing(Enum):
+    """Where a replica stands in its current view (one at a time)."""
+    MINORITY = "minority"
+    """Not a primary view: every write is refused (``NotPrimary``)."""
+    SYNCING = "syncing"
+    """A primary view whose replicas compare their states (HELLOs); ops wait."""
+    FETCHING = "fetching"
+    """Behind the provider: ops wait for its snapshot (STATE chunks)."""
+    SETTLED = "settled"
+    """Ops apply as they are delivered."""
+
+
+@dataclass(eq=False)
+class _Pending:
+    """One of this replica's own writes, until the stream decides it."""
+    op: bytes
+    done: trio.Event = field(default_factory=trio.Event)
+    leased: list[Message] = field(default_factory=list)
+    error: SgcsError | None = None
+    abandoned: bool = False
+    """Its caller stopped waiting: what it leases goes back."""
+
+    def finish(self, error: SgcsError | None = None) -> None:
+        self.error = error
+        self.done.set()
+
+
 class ReplicatedQueue:
     """One replica of a replicated queue; open it with ``open_replicated_queue``."""
 
-    def __init__(self, group: sgcs.GroupHandle, name: str, *, dedup_window: int,
+    def __init__(self, group: sgcs.GroupHandle, name: str, *, replicas: int, dedup_window: int,
                  delivery_limit: int | None = None) -> None:
         self.group = group
         self.name = name
         self.me = group.node_id
+        self.replicas = replicas
+        """The size of the replica set: a view is primary when it holds more than half."""
         self.delivery_limit = delivery_limit
         """What this replica's GETs carry; the limit in force is the last applied GET's."""
         self.store = QueueStore(":memory:")
         self.store.bind(QUEUE)
         self.applied = 0
+        self.generation = 0
+        """Primary views this replica's state went through (a snapshot's receiver takes the provider's)."""
+        self.standing = Standing.MINORITY
         self.dropped_undecodable = 0
+        self.refused = 0
+        """Ops delivered in a minority view, not applied."""
+        self.transfers = 0
+        """Snapshots this replica loaded."""
         self.members: tuple[int, ...] = ()
         self.clock: Callable[[], float] = time.time
         """The wall clock this replica's PUTs and GETs carry (tests skew it)."""
         self._limit_in_force: int | None = None
         self._dedup: OrderedDict[bytes, None] = OrderedDict()
         self._dedup_window = dedup_window
-        self._pending_puts: dict[bytes, tuple[bytes, trio.Event]] = {}
-        self._gets: dict[int, tuple[trio.Event, list[Message]]] = {}
+        self._pending: dict[bytes, _Pending] = {}
+        self._sent: dict[int, bytes] = {}
+        """Seq of our multicasts still undecided -> the pending write they carry."""
         self._requests = itertools.count(1)
         self._changed = trio.Event()
         self._view_ready = trio.Event()
+        self._view = 0
+        self._hellos: dict[int, Hello] = {}
+        self._buffer: list[tuple[int, Op]] = []
+        self._provider = 0
+        self._behind: frozenset[int] = frozenset()
+        self._next_generation = 0
+        self._chunks: dict[int, bytes] = {}
+        self._outgoing: tuple[int, list[bytes]] | None = None
+        """As provider: the view and the STATE ops we send, until we deliver each."""
+        self._resend_later: list[bytes] = []
+        """Our writes to send again once ops apply in this view."""
 
     # ------------------------------------------------------------ client side
+
+    def _check_writable(self) -> None:
+        if self.standing is Standing.MINORITY:
+            raise NotPrimary(f"replicated queue {self.name}: this replica's view holds {len(self.members)} of "
+                             f"{self.replicas} replicas, not a majority; the write was not sent")
+
+    async def _submit(self, key: bytes, op: bytes) -> _Pending:
+        """Send one write and wait until the stream decides it (applied, or refused)."""
+        self._check_writable()
+        pending = self._pending[key] = _Pending(op)
+        await self._send([key])
+        try:
+            await pending.done.wait()
+        finally:
+            pending.abandoned = True
+        if pending.error is not None:
+            raise pending.error
+        return pending
+
+    async def _send(self, keys: list[bytes]) -> None:
+        ops = [self._pending[k].op for k in keys if k in self._pending]
+        ids = await self.group.send_many(ops) if len(ops) > 1 else [await self.group.send(ops[0])] if ops else []
+        for key, message in zip(keys, ids):
+            if message is not None:
+                self._sent[message.seq] = key
+
+    def _request(self) -> tuple[bytes, int]:
+        request = next(self._requests)
+        return b"r" + _U64.pack(request), request
 
     def _put_op(self, body: bytes, priority: int, ttl: float | None) -> tuple[bytes, bytes]:
         """A PUT op and its id; the expiry is absolute (this member's clock), so
@@ -223,26 +378,28 @@ class ReplicatedQueue:
 
     async def put(self, body: bytes, priority: int = 0, *, ttl: float | None = None) -> bytes:
         """Replicate one message; returns its id once every replica holds it. ``ttl``:
-        seconds after which, still unreceived, it is retired (see ``get_many``)."""
+        seconds after which, still unreceived, it is retired (see ``get_many``).
+        Raises ``NotPrimary`` in a minority view."""
         op, msg_id = self._put_op(body, priority, ttl)
-        done = trio.Event()
-        self._pending_puts[msg_id] = (op, done)
-        await self.group.send(op)
-        await done.wait()
+        await self._submit(msg_id, op)
         return msg_id
 
     async def put_many(self, items: Sequence[tuple[bytes, int]], *, ttl: float | None = None) -> list[bytes]:
         """Replicate several messages, pipelined; returns once all are held by every replica."""
-        waits = []
+        self._check_writable()
+        keys = []
         for body, priority in items:
             op, msg_id = self._put_op(body, priority, ttl)
-            done = trio.Event()
-            self._pending_puts[msg_id] = (op, done)
-            waits.append((msg_id, done))
-        await self.group.send_many([self._pending_puts[msg_id][0] for msg_id, _ in waits])
-        for _, done in waits:
-            await done.wait()
-        return [msg_id for msg_id, _ in waits]
+            self._pending[msg_id] = _Pending(op)
+            keys.append(msg_id)
+        await self._send(keys)
+        for key in keys:
+            pending = self._pending.get(key)
+            if pending is not None:
+                await pending.done.wait()
+                if pending.error is not None:
+                    raise pending.error
+        return keys
 
     def _get_op(self, request: int, count: int) -> bytes:
         return encode_op(Get(request, count, _ms(self.clock()), self.delivery_limit or 0))
@@ -255,38 +412,24 @@ class ReplicatedQueue:
             raise UsageError(f"count must be an int from 1 to {MAX_TAGS}, got {count!r}")
         with trio.move_on_after(timeout if timeout is not None else float("inf")):
             while True:
-                if self.store.info(QUEUE).ready:
-                    request = next(self._requests)
-                    done, box = trio.Event(), list[Message]()
-                    self._gets[request] = (done, box)
-                    try:
-                        await self.group.send(self._get_op(request, count))
-                        with trio.move_on_after(5):  # rolled back, or slow: ask again
-                            await done.wait()
-                    finally:
-                        self._gets.pop(request, None)
-                    if box:
-                        return box
-                await self._changed.wait()
+                self._check_writable()
+                if self.standing is Standing.SETTLED and self.store.info(QUEUE).ready:
+                    key, request = self._request()
+                    pending = await self._submit(key, self._get_op(request, count))
+                    if pending.leased:
+                        return pending.leased
+                else:
+                    await self._changed.wait()
         return []
 
     async def expire(self) -> None:
         """Have every replica retire the messages whose TTL passed by this member's
         clock, leasing nothing (a GET of 0); returns once this replica applied it."""
-        while True:
-            request = next(self._requests)
-            done = trio.Event()
-            self._gets[request] = (done, [])
-            try:
-                await self.group.send(self._get_op(request, 0))
-                with trio.move_on_after(5):  # rolled back, or slow: ask again
-                    await done.wait()
-            finally:
-                self._gets.pop(request, None)
-            if done.is_set():
-                return
+        key, request = self._request()
+        await self._submit(key, self._get_op(request, 0))
 
     async def ack(self, messages: Sequence[Message]) -> None:
+        """Acknowledge leased messages; returns once this replica applied it."""
         await self._settle(messages, release=False)
 
     async def release(self, messages: Sequence[Message]) -> None:
@@ -296,11 +439,13 @@ class ReplicatedQueue:
     async def _settle(self, messages: Sequence[Message], *, release: bool) -> None:
         tags = [m.tag for m in messages]
         for start in range(0, len(tags), MAX_TAGS):
-            await self.group.send(encode_op(Settle(release, tuple(tags[start:start + MAX_TAGS]))))
+            key, request = self._request()
+            await self._submit(key, encode_op(Settle(release, tuple(tags[start:start + MAX_TAGS]), request)))
 
     async def purge_dead(self) -> None:
         """Delete the dead messages at every replica (at the same point of the stream)."""
-        await self.group.send(encode_op(Purge()))
+        key, request = self._request()
+        await self._submit(key, encode_op(Purge(request)))
 
     _nursery: trio.Nursery
 
@@ -317,7 +462,7 @@ class ReplicatedQueue:
         """The retired messages as (id, priority, body), in the order they were put."""
         return self.store.dead_messages(QUEUE)
 
-    # ------------------------------------------------------------ the replicated state machine
+    # ------------------------------------------------------------ events
 
     async def _run(self) -> None:
         async for event in self.group:
@@ -327,24 +472,195 @@ class ReplicatedQueue:
                 except DecodeError:
                     self.dropped_undecodable += 1
                     continue
-                self._apply(event.sender, op)
+                if event.sender == self.me:
+                    self._sent.pop(event.seq, None)
+                self._on_op(event.sender, op)
             elif isinstance(event, sgcs.ViewChange):
-                self.members = event.members
-                self._view_ready.set()
-                for member in (*event.left, *event.failed):
-                    self.store.release_consumer(f"m:{member}")  # counts as a delivery: may retire
-                self._notify()
-            elif isinstance(event, sgcs.Rollback) or (isinstance(event, sgcs.NotDelivered) and event.to is None):
-                await self._resend_puts()  # one of ours may be among them
+                self._on_view(event)
+            elif isinstance(event, sgcs.Rollback):
+                self._retry([seq for sender, seq in event.messages if sender == self.me])
+            elif isinstance(event, sgcs.NotDelivered) and event.to is None:
+                self._retry([event.message.seq])
+
+    def _on_op(self, sender: int, op: Op) -> None:
+        if isinstance(op, Hello):
+            self._on_hello(sender, op)
+        elif isinstance(op, State):
+            self._on_state(sender, op)
+        elif self.standing is Standing.SETTLED:
+            self._apply(sender, op)
+        elif self.standing is Standing.MINORITY:
+            self.refused += 1
+            self._finish_own(sender, op, NotPrimary(
+                f"replicated queue {self.name}: delivered in a view of {len(self.members)} of {self.replicas} "
+                f"replicas, not a majority; not applied"))
+        else:
+            self._buffer.append((sender, op))
+
+    @staticmethod
+    def _key_of(op: Op) -> bytes | None:
+        if isinstance(op, Put):
+            return op.msg_id
+        if isinstance(op, (Get, Settle, Purge)):
+            return b"r" + _U64.pack(op.request)
+        return None
+
+    def _finish_own(self, sender: int, op: Op, error: SgcsError | None, leased: list[Message] | None = None) -> None:
+        key = self._key_of(op) if sender == self.me else None
+        pending = self._pending.pop(key, None) if key is not None else None
+        if pending is None:
+            if leased:  # the asker stopped waiting (or never did): give them back
+                self._nursery.start_soon(self.release, leased)
+            return
+        if leased:
+            if pending.abandoned and error is None:
+                self._nursery.start_soon(self.release, leased)
+            pending.leased.extend(leased)
+        pending.finish(error)
+
+    def _retry(self, seqs: list[int]) -> None:
+        """Our multicasts that came back (rolled back, not delivered): send again
+        what they carried, now if ops apply, else at the next settle point."""
+        keys = [self._sent.pop(seq) for seq in seqs if seq in self._sent]
+        if self._outgoing is not None and self._outgoing[0] == self._view:
+            self._nursery.start_soon(self._send_raw, list(self._outgoing[1]))
+        if self.standing is Standing.SYNCING and self.me not in self._hellos:
+            self._nursery.start_soon(self._send_raw, [self._hello()])
+        if keys and self.standing is not Standing.MINORITY:
+            self._nursery.start_soon(self._send, keys)
+
+    async def _send_raw(self, ops: list[bytes]) -> None:
+        for op in ops:
+            await self.group.send(op)
+
+    # ------------------------------------------------------------ views, primary component, state transfer
+
+    def _on_view(self, event: sgcs.ViewChange) -> None:
+        """A view change. A view holding a majority of the replicas is primary.
+        Its replicas that all moved together from one settled primary view hold
+        the same state and go on at once; otherwise each tells its standing
+        (HELLO) and, once all are heard, the one furthest on provides its
+        snapshot to those behind (Amir's primary component, state by transfer)."""
+        settled_before = self.standing is Standing.SETTLED
+        self.members = event.members
+        self._view = _view_token(event.view_id)
+        self._view_ready.set()
+        self._hellos, self._chunks, self._outgoing = {}, {}, None
+        # Ops buffered in a view that never settled were applied by no member
+        # that moved with us: ours go out again once ops apply.
+        resend = [k for k in (self._key_of(op) for sender, op in self._buffer if sender == self.me) if k is not None]
+        self._buffer = []
+        if 2 * len(event.members) <= self.replicas:
+            self.standing = Standing.MINORITY
+            for pending in self._pending.values():
+                pending.finish(NotPrimary(f"replicated queue {self.name}: this replica's view holds "
+                                          f"{len(event.members)} of {self.replicas} replicas, not a majority"))
+            self._pending, self._sent = {}, {}
+        elif settled_before and not event.joined:
+            self._next_generation = self.generation + 1
+            self._resend_later = resend
+            self._become_settled(frozenset())
+            return
+        else:
+            self.standing = Standing.SYNCING
+            self._resend_later = resend
+            self._nursery.start_soon(self._send_raw, [self._hello()])
+        self._notify()
+
+    def _hello(self) -> bytes:
+        return encode_op(Hello(self._view, self.generation, self.applied))
+
+    def _on_hello(self, sender: int, hello: Hello) -> None:
+        if self.standing is not Standing.SYNCING or hello.view != self._view or sender not in self.members:
+            return
+        self._hellos[sender] = hello
+        if len(self._hellos) < len(self.members):
+            return
+        # The settle point: the same place in every member's stream.
+        provider, best = max(self._hellos.items(), key=lambda kv: (kv[1].generation, kv[1].applied, -kv[0]))
+        target = (best.generation, best.applied)
+        self._provider = provider
+        self._behind = frozenset(m for m, h in self._hellos.items() if (h.generation, h.applied) != target)
+        self._next_generation = best.generation + 1
+        if self.me in self._behind:
+            self.standing = Standing.FETCHING
+            return
+        if self.me == provider and self._behind:
+            image = self._snapshot()
+            chunks = [image[i:i + STATE_CHUNK] for i in range(0, len(image), STATE_CHUNK)] or [b""]
+            ops = [encode_op(State(self._view, i, len(chunks), c)) for i, c in enumerate(chunks)]
+            self._outgoing = (self._view, ops)
+            self._nursery.start_soon(self._send_raw, list(ops))
+        self._become_settled(self._behind)
+
+    def _on_state(self, sender: int, state: State) -> None:
+        if sender == self.me and self._outgoing is not None and state.view == self._outgoing[0]:
+            ops = self._outgoing[1]
+            ops[state.index] = b""  # delivered: not sent again
+            if not any(ops):
+                self._outgoing = None
+        if self.standing is not Standing.FETCHING or state.view != self._view or sender != self._provider:
+            return
+        self._chunks[state.index] = state.chunk
+        if len(self._chunks) < state.total:
+            return
+        image = b"".join(self._chunks[i] for i in range(state.total))
+        self._chunks = {}
+        try:
+            self._load(image)
+        except (ValueError, struct.error, sqlite3.Error):
+            self.dropped_undecodable += 1  # stays behind; the next view change tries again
+            return
+        self.transfers += 1
+        self._become_settled(self._behind)
+
+    def _become_settled(self, behind: frozenset[int]) -> None:
+        """Ops apply from here: first those delivered while this view settled."""
+        self.generation = self._next_generation
+        for owner in self.store.lease_owners(QUEUE):
+            member = int(owner[2:]) if owner.startswith("m:") and owner[2:].isdigit() else None
+            if member is None or member not in self.members or member in behind:
+                self.store.release_consumer(owner)  # counts as a delivery: may retire
+        self.standing = Standing.SETTLED
+        buffered, self._buffer = self._buffer, []
+        for sender, op in buffered:
+            self._apply(sender, op)
+        resend, self._resend_later = self._resend_later, []
+        self._resend(resend)
+        self._notify()
+
+    def _resend(self, keys: list[bytes]) -> None:
+        keys = [k for k in keys if k in self._pending]
+        if keys:
+            self._nursery.start_soon(self._send, keys)
+
+    def _snapshot(self) -> bytes:
+        head = _SNAPSHOT.pack(self.applied, self._limit_in_force or 0, len(self._dedup), 0)
+        return head + b"".join(self._dedup) + self.store.snapshot()
+
+    def _load(self, image: bytes) -> None:
+        applied, limit, count, _ = _SNAPSHOT.unpack_from(image)
+        start = _SNAPSHOT.size + 16 * count
+        if len(image) < start:
+            raise ValueError("short snapshot")
+        ids = [image[_SNAPSHOT.size + 16 * i:_SNAPSHOT.size + 16 * (i + 1)] for i in range(count)]
+        self.store.restore(image[start:])
+        self.applied, self._limit_in_force = applied, limit or None
+        self._dedup = OrderedDict.fromkeys(ids)
+
+    # ------------------------------------------------------------ the replicated state machine
 
     def _apply(self, sender: int, op: Op) -> None:
         """Apply one op of the ordered stream. Only what the op carries may decide
         (never this replica's clock or configuration): that keeps replicas equal."""
+        if isinstance(op, (Hello, State)):
+            return
         self.applied += 1
+        leased: list[Message] = []
         if isinstance(op, Put):
-            self._apply_put(sender, op)
+            self._apply_put(op)
         elif isinstance(op, Get):
-            self._apply_get(sender, op)
+            leased = self._apply_get(sender, op)
         elif isinstance(op, Settle):
             if op.release:
                 self.store.release(op.tags, f"m:{sender}")
@@ -352,20 +668,18 @@ class ReplicatedQueue:
                 self.store.ack(op.tags, f"m:{sender}")
         else:
             self.store.purge_dead(QUEUE)
+        self._finish_own(sender, op, None, leased)
         self._notify()
 
-    def _apply_put(self, sender: int, op: Put) -> None:
+    def _apply_put(self, op: Put) -> None:
         if op.msg_id not in self._dedup:
             self._dedup[op.msg_id] = None
             if len(self._dedup) > self._dedup_window:
                 self._dedup.popitem(last=False)
             expires_at = op.expires_ms / 1000 if op.expires_ms else None
             self.store.put_many(QUEUE, [(op.body, op.priority)], [op.msg_id], expires_at=expires_at)
-        pending = self._pending_puts.pop(op.msg_id, None) if sender == self.me else None
-        if pending is not None:
-            pending[1].set()
 
-    def _apply_get(self, sender: int, op: Get) -> None:
+    def _apply_get(self, sender: int, op: Get) -> list[Message]:
         limit = op.delivery_limit or None
         if limit != self._limit_in_force:
             # Every replica starts with none and changes it here, at the same point of
@@ -373,40 +687,32 @@ class ReplicatedQueue:
             self._limit_in_force = limit
             self.store.set_delivery_limit(QUEUE, limit)
         now = op.now_ms / 1000
-        if op.count:
-            leased = self.store.get(QUEUE, f"m:{sender}", op.count, now=now)
-        else:
+        if not op.count:
             self.store.expire_ttl(now)
-            leased = []
-        if sender == self.me and op.request in self._gets:
-            done, box = self._gets[op.request]
-            box.extend(leased)
-            done.set()
-        elif sender == self.me and leased:  # the asker stopped waiting: give them back
-            self._nursery.start_soon(self.release, leased)
+            return []
+        leased = self.store.get(QUEUE, f"m:{sender}", op.count, now=now)
+        return leased if sender == self.me else []
 
     def _notify(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def _resend_puts(self) -> None:
-        # Resend every PUT not yet applied rather than only the one named: the
-        # ids make it idempotent, and a PUT sent twice is applied once.
-        ops = [op for op, _ in self._pending_puts.values()]
-        if ops:
-            await self.group.send_many(ops)
-
 
 @asynccontextmanager
-async def open_replicated_queue(node: sgcs.NodeHandle, name: str, *, dedup_window: int = 1_000_000,
+async def open_replicated_queue(node: sgcs.NodeHandle, name: str, *, replicas: int, dedup_window: int = 1_000_000,
                                 delivery_limit: int | None = None) -> AsyncIterator[ReplicatedQueue]:
     """Be a replica of the replicated queue ``name`` for the duration of the block.
 
-    ``delivery_limit``: a message handed out that many times and released (or
-    whose consumer left) is retired, dead, instead of handed out again. Give
-    every replica the same: each GET carries its issuer's limit, and the one
-    in force at every replica is the last applied GET's."""
+    ``replicas``: how many replicas the queue has (give every replica the
+    same). Writes are accepted only in a view holding more than half of them;
+    elsewhere they raise ``NotPrimary``. ``delivery_limit``: a message handed
+    out that many times and released (or whose consumer left) is retired,
+    dead, instead of handed out again. Give every replica the same: each GET
+    carries its issuer's limit, and the one in force at every replica is the
+    last applied GET's."""
     check_queue_name(name)
+    if type(replicas) is not int or not 1 <= replicas <= 1_000:
+        raise UsageError(f"replicas must be the number of replicas of the queue (1 to 1000), got {replicas!r}")
     if type(dedup_window) is not int or dedup_window < 1:
         raise UsageError(f"dedup_window must be a positive int, got {dedup_window!r}")
     if delivery_limit is not None and (type(delivery_limit) is not int
@@ -415,7 +721,8 @@ async def open_replicated_queue(node: sgcs.NodeHandle, name: str, *, dedup_windo
     queue: ReplicatedQueue | None = None
     try:
         async with node.join(f"sgcs.rq.{name}", order=sgcs.Order.SAFE) as group, background() as nursery:
-            queue = ReplicatedQueue(group, name, dedup_window=dedup_window, delivery_limit=delivery_limit)
+            queue = ReplicatedQueue(group, name, replicas=replicas, dedup_window=dedup_window,
+                                    delivery_limit=delivery_limit)
             queue._nursery = nursery
             nursery.start_soon(queue._run)
             await queue._view_ready.wait()

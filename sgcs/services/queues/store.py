@@ -502,6 +502,22 @@ class QueueStore:
             self._retire_over_limit()
             return done
 
+    def lease_owners(self, queue: str) -> list[str]:
+        """The consumers holding a lease in ``queue``."""
+        return [row[0] for row in self._db.execute(
+            "SELECT DISTINCT owner FROM messages WHERE queue=? AND state=1 ORDER BY owner", (queue,))]
+
+    def snapshot(self) -> bytes:
+        """The whole store as bytes (SQLite's image of the database), for ``restore``."""
+        return self._db.serialize()
+
+    def restore(self, image: bytes) -> None:
+        """Replace the whole store by a ``snapshot`` of another (memory stores only)."""
+        if self.durable:
+            raise UsageError("restore replaces a memory store only")
+        self._db.deserialize(image)
+        self._db.execute("PRAGMA quick_check").fetchall()  # a bad image raises sqlite3.DatabaseError here
+
     def expire(self, now: float) -> int:
         """Leases whose deadline passed become ready again; returns how many."""
         with self._tx():

@@ -1,0 +1,100 @@
+"""The replicated queue's primary component and state transfer, on real
+sans-I/O nodes over the in-memory network (``tests/_memgroups.py``): a
+minority side refuses writes, the majority goes on, and after the heal the
+minority adopts the majority's state; a replica that joins late catches up
+by a snapshot and leases what the others would."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import pytest
+import trio
+
+import sgcs
+from _memgroups import MemNode, partition, route_to_groups, run_network, until
+from _memnet import MemoryNetwork
+from sgcs.node import Node
+from sgcs.services.queues import replicated as rq
+from sgcs.services.queues.replicated import NotPrimary, ReplicatedQueue, Standing, open_replicated_queue
+
+CONFIG = sgcs.Config(secret=b"replicated primary test secret", beacon_interval=0.2)
+
+
+def state(queue: ReplicatedQueue) -> list[tuple[object, ...]]:
+    return queue.store._db.execute("SELECT seq, msg_id, priority, state, owner, deliveries FROM messages "
+                                   "ORDER BY seq").fetchall()
+
+
+@asynccontextmanager
+async def replicas(ids: list[int], sides: list[set[int]]) -> AsyncIterator[tuple[MemoryNetwork[Node],
+                                                                                 dict[int, MemNode]]]:
+    net: MemoryNetwork[Node] = MemoryNetwork({i: Node(i, CONFIG, random.Random(i), resolve=lambda n: n)
+                                              for i in ids})
+    nodes = {i: MemNode(net, net.nodes[i]) for i in ids}
+    net.observer = route_to_groups(nodes)
+    net.tap = partition(sides)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_network, net)
+        yield net, nodes
+        nursery.cancel_scope.cancel()
+
+
+def settled(queues: list[ReplicatedQueue], members: tuple[int, ...]) -> bool:
+    return all(q.members == members and q.standing is Standing.SETTLED for q in queues)
+
+
+async def test_a_minority_refuses_writes_and_adopts_the_primary_state_after_the_heal() -> None:
+    async with replicas([1, 2, 3], [{1, 2, 3}]) as (net, nodes), AsyncExitStack() as stack:
+        a, b, c = [await stack.enter_async_context(open_replicated_queue(nodes[i], "jobs", replicas=3))
+                   for i in (1, 2, 3)]
+        await until(net, lambda: settled([a, b, c], (1, 2, 3)), "one settled view of three")
+        await a.put(b"before", 1)
+        net.tap = partition([{1, 2}, {3}])
+        await until(net, lambda: settled([a, b], (1, 2)) and c.standing is Standing.MINORITY, "the split")
+        with pytest.raises(NotPrimary, match="1 of 3 replicas"):
+            await c.put(b"minority", 9)
+        with pytest.raises(NotPrimary):
+            await c.get_many(1, timeout=1)
+        ids = await a.put_many([(b"p%d" % i, i % 10) for i in range(20)])
+        (first,) = await b.get_many(1)
+        await b.ack([first])
+        assert first.body == b"p9" and c.depth() == 1  # the minority still holds the old state
+        net.tap = None
+        await until(net, lambda: settled([a, b, c], (1, 2, 3)), "the healed view")
+        assert (c.transfers, a.transfers, b.transfers) == (1, 0, 0)
+        assert state(c) == state(a) == state(b) and c.applied == a.applied == b.applied
+        assert c.generation == a.generation == b.generation
+        late = await c.put(b"after", 0)
+        await until(net, lambda: all(q.depth() == 21 for q in (a, b, c)), "the write of the former minority")
+        assert state(c) == state(a) == state(b)
+        assert {m for m, in a.store._db.execute("SELECT msg_id FROM messages")} >= {*ids[:9], *ids[10:], late}
+        assert c.refused == 0  # its refused write was never sent
+
+
+async def test_a_replica_that_joins_late_catches_up_by_a_snapshot() -> None:
+    async with replicas([1, 2, 3], [{1, 2, 3}]) as (net, nodes), AsyncExitStack() as stack:
+        a, b = [await stack.enter_async_context(open_replicated_queue(nodes[i], "jobs", replicas=3,
+                                                                     delivery_limit=3)) for i in (1, 2)]
+        await until(net, lambda: settled([a, b], (1, 2)), "a primary view of two")
+        await a.put_many([(b"m%d" % i, i % 3) for i in range(30)], ttl=3600)
+        leased = await a.get_many(2)
+        await a.release(leased[:1])
+        c = await stack.enter_async_context(open_replicated_queue(nodes[3], "jobs", replicas=3,
+                                                                 delivery_limit=3))
+        await until(net, lambda: settled([a, b, c], (1, 2, 3)), "the view of three")
+        assert c.transfers == 1 and state(c) == state(a) == state(b)
+        assert c.info() == a.info()
+        (got,) = await c.get_many(1)
+        await until(net, lambda: a.info().leased == 2, "c's lease at a")
+        assert got.deliveries == 2 and got.msg_id == leased[0].msg_id  # the released one, first again
+        assert state(c) == state(a) == state(b)
+
+
+def test_ops_of_the_state_transfer_round_trip() -> None:
+    for op in (rq.Hello(1 << 63, 7, 12_345), rq.State(5, 2, 3, b"chunk")):
+        assert rq.decode_op_untrusted(rq.encode_op(op)) == op
+    with pytest.raises(sgcs.errors.DecodeError):
+        rq.decode_op_untrusted(rq.encode_op(rq.State(5, 3, 3, b"")))  # index past the total
