@@ -98,3 +98,41 @@ def test_ops_of_the_state_transfer_round_trip() -> None:
         assert rq.decode_op_untrusted(rq.encode_op(op)) == op
     with pytest.raises(sgcs.errors.DecodeError):
         rq.decode_op_untrusted(rq.encode_op(rq.State(5, 3, 3, b"")))  # index past the total
+
+
+@pytest.mark.parametrize("seed", range(1, 6))
+async def test_random_partitions_never_let_a_minority_acknowledge_and_end_with_equal_replicas(seed: int) -> None:
+    """Five replicas, six rounds of a random two-sided partition, writes from
+    every replica on both sides, then a heal: a write returns only on the
+    majority side (NotPrimary on the other), and after each heal every replica
+    holds the same queue, with every acknowledged PUT exactly once.
+    Replay: pytest tests/services/test_queues_primary.py -k "seed and <seed>"."""
+    rng = random.Random(seed)
+    ids = [1, 2, 3, 4, 5]
+    async with replicas(ids, [set(ids)]) as (net, nodes), AsyncExitStack() as stack:
+        queues = {i: await stack.enter_async_context(open_replicated_queue(nodes[i], "jobs", replicas=5))
+                  for i in ids}
+        await until(net, lambda: settled(list(queues.values()), tuple(ids)), "one settled view of five")
+        acknowledged: list[bytes] = []
+        for round_ in range(6):
+            side = set(rng.sample(ids, rng.choice([1, 2])))
+            net.tap = partition([side, set(ids) - side])
+            rest = tuple(sorted(set(ids) - side))
+            await until(net, lambda: settled([queues[i] for i in rest], rest), f"round {round_}: the split")
+            for member in ids:
+                body = b"%d:%d" % (round_, member)
+                if member in side:
+                    await until(net, lambda: queues[member].standing is Standing.MINORITY, "the minority view")
+                    with pytest.raises(NotPrimary):
+                        await queues[member].put(body)
+                else:
+                    acknowledged.append(await queues[member].put(body, rng.randrange(10)))
+            before = {i: queues[i].transfers for i in side}
+            net.tap = None
+            await until(net, lambda: settled(list(queues.values()), tuple(ids)), f"round {round_}: the heal",
+                        within=40.0)
+            first = state(queues[1])
+            assert all(state(q) == first for q in queues.values()), f"seed {seed}, round {round_}"
+            held = [row[1] for row in first]
+            assert sorted(held) == sorted(acknowledged) and len(set(held)) == len(held)
+            assert all(queues[i].transfers == before[i] + 1 for i in side)  # back from the minority: a snapshot
