@@ -87,6 +87,7 @@ from .io.ended import GroupClosed
 from .io.event_queue import EventQueue
 from .io.trio_driver import AppEvent, DriverStatistics, TrioDriver, open_driver
 from .node import NodeStatistics
+from .state_transfer import GroupState, StateTransfer, framed
 
 if TYPE_CHECKING:  # loaded on first use under asyncio: a trio program never imports asyncio
     from .io.asyncio_host import EventBridge, GuestRun
@@ -425,15 +426,34 @@ class NodeHandle:
 
     @asynccontextmanager
     async def join(
-        self, group: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None
+        self, group: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None,
+        state: GroupState | None = None
     ) -> AsyncIterator[GroupHandle]:
         """Join ``group`` for the duration of the block, then leave it gracefully.
 
         ``order`` is the group's delivery order. ``members``: the known member
         ids (no discovery); None: discover the others, whose arrival shows up
-        as ``ViewChange`` events. The first event is always the initial view."""
+        as ``ViewChange`` events. The first event is always the initial view.
+
+        ``state``: an object with ``get_state() -> bytes`` and
+        ``set_state(bytes)``. A member that joins a group whose members hold
+        state receives a snapshot of it, then every delivery after it,
+        exactly once (``sgcs.state_transfer``; total or safe order only, and
+        every member of the group must pass ``state``)."""
+        if state is not None:
+            if order not in (Order.TOTAL, Order.SAFE, "total", "safe"):
+                raise UsageError(f"state transfer needs order total or safe, not {order!r}")
+            if not (callable(getattr(state, "get_state", None)) and callable(getattr(state, "set_state", None))):
+                raise UsageError("state must have get_state() -> bytes and set_state(bytes)")
         receive = await self._driver.open_group(group, order, members)
-        handle = GroupHandle(self._driver, group, receive)
+        handle: GroupHandle
+        if state is None:
+            handle = GroupHandle(self._driver, group, receive)
+        else:
+            assert self._driver._nursery is not None
+            handle = _StatefulGroupHandle(self._driver, group, receive)
+            handle.transfer = StateTransfer(handle, state, self._driver._nursery,
+                                            3 * self._driver.config.beacon_interval)
         try:
             yield handle
         finally:
@@ -442,6 +462,51 @@ class NodeHandle:
     def __repr__(self) -> str:
         host, port = self.address
         return f"<sgcs.NodeHandle {self.name!r} id={self.id} {host}:{port}>"
+
+
+class _StatefulGroupHandle(GroupHandle):
+    """A ``GroupHandle`` with state transfer (``NodeHandle.join(..., state=...)``):
+    payloads travel framed, events come through ``StateTransfer``."""
+
+    transfer: StateTransfer
+
+    @property
+    def has_state(self) -> bool:
+        """Whether this member holds the group's state (see ``sgcs.state_transfer``)."""
+        return self.transfer.has_state
+
+    @property
+    def transfers(self) -> int:
+        """Snapshots this member received."""
+        return self.transfer.transfers
+
+    async def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> MessageId:
+        return await super().send(framed([payload])[0], to=to, block=block)
+
+    async def send_many(self, payloads: Iterable[bytes], *, block: bool = True) -> list[MessageId]:
+        return await super().send_many(framed(payloads), block=block)
+
+    async def _send_raw(self, payload: bytes, *, to: int | None = None) -> MessageId:
+        return await super().send(payload, to=to)
+
+    async def receive(self) -> Event:
+        transfer = self.transfer
+        while not transfer.ready:
+            founding = transfer.founding_at()
+            if founding is None:
+                transfer.take(await super().receive())
+                continue
+            with trio.move_on_at(founding):
+                transfer.take(await super().receive())
+                continue
+            transfer.found_alone()
+        return transfer.ready.popleft()
+
+    async def receive_many(self, max_events: int | None = None) -> list[Event]:
+        """One event at a time: ``get_state`` must see exactly the events returned before."""
+        if max_events is not None and max_events < 1:
+            raise UsageError(f"max_events must be at least 1, got {max_events}")
+        return [await self.receive()]
 
 
 class _AsyncioGroupHandle(GroupHandle):
@@ -504,9 +569,13 @@ class _AsyncioNodeHandle(NodeHandle):
 
     @asynccontextmanager
     async def join(
-        self, group: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None
+        self, group: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None,
+        state: GroupState | None = None
     ) -> AsyncIterator[GroupHandle]:
         from .io.asyncio_host import EventBridge
+
+        if state is not None:
+            raise UsageError("state transfer is in the trio API only for now: join under trio to pass state")
 
         bridge: EventBridge[Event] = EventBridge(self._run, self.config.app_queue)
         joined, leave = await self._run.hold(
