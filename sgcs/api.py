@@ -47,6 +47,7 @@ take events from a bridge: same calls, events and errors for both.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -491,16 +492,16 @@ class _StatefulGroupHandle(GroupHandle):
 
     async def receive(self) -> Event:
         transfer = self.transfer
-        while not transfer.ready:
-            founding = transfer.founding_at()
-            if founding is None:
-                transfer.take(await super().receive())
-                continue
-            with trio.move_on_at(founding):
-                transfer.take(await super().receive())
-                continue
-            transfer.found_alone()
-        return transfer.ready.popleft()
+        try:
+            while not transfer.ready:
+                founding = transfer.founding_at()
+                with trio.move_on_at(math.inf if founding is None else founding):
+                    transfer.take(await self._receive.get())
+                    continue
+                transfer.found_alone()
+        except trio.ClosedResourceError:
+            raise GroupClosed(f"group {self._name!r} was left or its node closed") from None
+        return _event_of(transfer.ready.popleft())
 
     async def receive_many(self, max_events: int | None = None) -> list[Event]:
         """One event at a time: ``get_state`` must see exactly the events returned before."""

@@ -47,11 +47,20 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from .actions import Delivery, MessageId, NotDelivered
-from .errors import SgcsError, UsageError
+from .actions import Delivery, MessageId, NotDelivered, Rollback, ViewInstalled
+from .errors import SgcsError
 
 if TYPE_CHECKING:
-    from .api import Event, _StatefulGroupHandle
+    from .io.trio_driver import AppEvent
+
+
+class _Group(Protocol):
+    """What the layer needs of its group handle (``api._StatefulGroupHandle``)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    async def _send_raw(self, payload: bytes, *, to: int | None = None) -> MessageId: ...
 
 APP, HELLO, CHUNK = 0, 1, 2
 _HELLO = struct.Struct(">BQB")
@@ -80,7 +89,7 @@ class StateTransfer:
     """The receive-side filter of a stateful group: control payloads, the cut,
     the deliveries that wait for state. ``GroupHandle`` calls it for every event."""
 
-    def __init__(self, group: _StatefulGroupHandle, state: GroupState, spawn: trio.Nursery, founder_after: float) -> None:
+    def __init__(self, group: _Group, state: GroupState, spawn: trio.Nursery, founder_after: float) -> None:
         self.group = group
         self.state = state
         self.has_state = False
@@ -102,25 +111,24 @@ class StateTransfer:
         """(sender, view) -> the snapshot chunks it sent us: a unicast may come before the cut."""
         self._control: set[int] = set()
         """Seqs of our own HELLOs, kept out of the application's Rollbacks."""
-        self.ready: deque[Event] = deque()
+        self.ready: deque[AppEvent] = deque()
         """Events for the application that this layer released."""
 
-    def take(self, event: Event) -> None:
-        """One event of the group: what the application gets of it goes to ``ready``, in order."""
-        from .api import Rollback, ViewChange
-
+    def take(self, event: AppEvent) -> None:
+        """One event of the group (the node's action): what the application gets
+        of it goes to ``ready``, in order."""
         self.found_alone()
-        out: Event | None = event
+        out: AppEvent | None = event
         if type(event) is Delivery:
             out = self._on_delivery(event)
-        elif isinstance(event, ViewChange):
+        elif isinstance(event, ViewInstalled):
             self._on_view(event)
         elif isinstance(event, Rollback):
             mine = [m for m in event.messages if m[0] == self.group.node_id and m[1] in self._control]
             if mine:
                 self._spawn.start_soon(self._send_hello, self._view)
                 rest = tuple(m for m in event.messages if m not in mine)
-                out = Rollback(rest, event.group) if rest else None
+                out = Rollback(event.group, rest) if rest else None
         elif isinstance(event, NotDelivered) and event.to is None and event.message.seq in self._control:
             self._spawn.start_soon(self._send_hello, self._view)
             out = None
@@ -144,10 +152,7 @@ class StateTransfer:
             self.ready.extend(self._waiting)
         self._waiting = []
 
-    def _on_view(self, event: object) -> None:
-        from .api import ViewChange
-
-        assert isinstance(event, ViewChange)
+    def _on_view(self, event: ViewInstalled) -> None:
         self._view, self._members = _token(event.view_id), event.members
         self._hellos, self._provider = {}, None
         self._chunks = {key: chunks for key, chunks in self._chunks.items() if key[1] == self._view}

@@ -14,7 +14,7 @@ IO_SHELL = {
     "io",  # the trio driver, sockets, the event queue
     "services",  # built on the public API, with their own I/O
     "apps",  # the command-line apps: sgcs chat, demo, bench, stats and their member processes
-    "api.py", "blocking.py", "metrics.py", "__main__.py",
+    "api.py", "blocking.py", "metrics.py", "state_transfer.py", "__main__.py",
 }
 """The I/O edge and the applications. Everything else under sgcs/ is protocol:
 a new module is checked without being listed (a list once missed group.py)."""
