@@ -48,8 +48,12 @@ def settled(queues: list[ReplicatedQueue], members: tuple[int, ...]) -> bool:
 
 async def test_a_minority_refuses_writes_and_adopts_the_primary_state_after_the_heal() -> None:
     async with replicas([1, 2, 3], [{1, 2, 3}]) as (net, nodes), AsyncExitStack() as stack:
-        a, b, c = [await stack.enter_async_context(open_replicated_queue(nodes[i], "jobs", replicas=3))
-                   for i in (1, 2, 3)]
+        a = await stack.enter_async_context(open_replicated_queue(nodes[1], "jobs", replicas=3))
+        assert not a.writable  # alone: 1 of 3
+        with pytest.raises(NotPrimary):
+            await a.put(b"too early")
+        b, c = [await stack.enter_async_context(open_replicated_queue(nodes[i], "jobs", replicas=3)) for i in (2, 3)]
+        await a.wait_writable()
         await until(net, lambda: settled([a, b, c], (1, 2, 3)), "one settled view of three")
         await a.put(b"before", 1)
         net.tap = partition([{1, 2}, {3}])

@@ -449,6 +449,18 @@ class ReplicatedQueue:
 
     _nursery: trio.Nursery
 
+    @property
+    def writable(self) -> bool:
+        """Whether this replica is in a primary view whose state is settled (writes apply at once)."""
+        return self.standing is Standing.SETTLED
+
+    async def wait_writable(self) -> None:
+        """Wait until this replica is in a primary view with its state settled: at
+        start-up, until a majority of the replicas have met (writes before raise
+        ``NotPrimary``); after a partition, until it is back in the majority."""
+        while self.standing is not Standing.SETTLED:
+            await self._changed.wait()
+
     def depth(self) -> int:
         info = self.store.info(QUEUE)
         return info.ready + info.leased
