@@ -12,6 +12,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
 import trio
+import trio.testing
 
 import sgcs
 from _memgroups import MemNode, partition, route_to_groups, run_network, until
@@ -140,3 +141,35 @@ async def test_random_partitions_never_let_a_minority_acknowledge_and_end_with_e
             held = [row[1] for row in first]
             assert sorted(held) == sorted(acknowledged) and len(set(held)) == len(held)
             assert all(queues[i].transfers == before[i] + 1 for i in side)  # back from the minority: a snapshot
+
+
+class _Silent:
+    """A group whose multicasts are never delivered (a partition starts at once)."""
+
+    node_id = 1
+
+    async def send(self, payload: bytes) -> None:
+        return None
+
+    async def send_many(self, payloads: list[bytes]) -> list[None]:
+        return [None for _ in payloads]
+
+
+async def test_puts_under_way_when_the_view_becomes_a_minority_raise_not_primary() -> None:
+    queue = ReplicatedQueue(_Silent(), "jobs", replicas=3, dedup_window=10)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        queue._nursery = nursery
+        queue.standing = Standing.SETTLED
+        outcome: list[BaseException] = []
+
+        async def put_many() -> None:
+            try:
+                await queue.put_many([(b"a", 0), (b"b", 0)])
+            except NotPrimary as error:
+                outcome.append(error)
+
+        nursery.start_soon(put_many)
+        await trio.testing.wait_all_tasks_blocked()
+        queue._on_view(sgcs.ViewChange("v9.1-x", (1,), "sgcs.rq.jobs", failed=(2, 3)))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(outcome) == 1 and queue.standing is Standing.MINORITY and not queue._pending

@@ -387,18 +387,16 @@ class ReplicatedQueue:
     async def put_many(self, items: Sequence[tuple[bytes, int]], *, ttl: float | None = None) -> list[bytes]:
         """Replicate several messages, pipelined; returns once all are held by every replica."""
         self._check_writable()
-        keys = []
+        keys, waits = [], []
         for body, priority in items:
             op, msg_id = self._put_op(body, priority, ttl)
-            self._pending[msg_id] = _Pending(op)
+            waits.append(self._pending.setdefault(msg_id, _Pending(op)))
             keys.append(msg_id)
         await self._send(keys)
-        for key in keys:
-            pending = self._pending.get(key)
-            if pending is not None:
-                await pending.done.wait()
-                if pending.error is not None:
-                    raise pending.error
+        for pending in waits:  # the objects, not the keys: a minority view clears the table
+            await pending.done.wait()
+            if pending.error is not None:
+                raise pending.error
         return keys
 
     def _get_op(self, request: int, count: int) -> bytes:
@@ -535,7 +533,7 @@ class ReplicatedQueue:
         what they carried, now if ops apply, else at the next settle point."""
         keys = [self._sent.pop(seq) for seq in seqs if seq in self._sent]
         if self._outgoing is not None and self._outgoing[0] == self._view:
-            self._nursery.start_soon(self._send_raw, list(self._outgoing[1]))
+            self._nursery.start_soon(self._send_raw, [op for op in self._outgoing[1] if op])
         if self.standing is Standing.SYNCING and self.me not in self._hellos:
             self._nursery.start_soon(self._send_raw, [self._hello()])
         if keys and self.standing is not Standing.MINORITY:
