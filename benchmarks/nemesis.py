@@ -481,8 +481,11 @@ class Incarnation:
 class Members:
     """Member i on host i (``tests/membership_peer.py`` under ``ip netns exec``)."""
 
-    def __init__(self, hosts: netns.Hosts, workdir: Path, order: str, rate: float, lifetime: float) -> None:
+    def __init__(self, hosts: netns.Hosts, workdir: Path, order: str, rate: float, lifetime: float,
+                 queue: bool = False) -> None:
         self.hosts, self.workdir, self.order, self.rate, self.lifetime = hosts, workdir, order, rate, lifetime
+        self.queue = queue
+        """The replicated-queue workload: every member a replica of one queue (safe order)."""
         self.ids = list(range(1, len(hosts.names) + 1))
         self.multicast = private_group()
         self.all: list[Incarnation] = []
@@ -502,7 +505,8 @@ class Members:
                    "--id", str(member), "--port", str(PORT + member), "--group", GROUP, "--order", self.order,
                    "--rate", str(self.rate), "--multicast-group", self.multicast,
                    "--multicast-port", str(MULTICAST_PORT), f"--set=bind_host={self.hosts.addresses[member - 1]}",
-                   "--lifetime", str(self.lifetime), "--trace", str(trace)]
+                   "--lifetime", str(self.lifetime), "--trace", str(trace),
+                   *(["--queue", str(len(self.ids))] if self.queue else [])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS), os.environ.get("PYTHONPATH", "")])}
         with (self.workdir / f"member-{member}.{number}.stderr").open("w") as stderr:
             # a session of its own: a Ctrl-C for the harness does not reach the members
@@ -788,15 +792,46 @@ class Outcome:
     leftovers: list[str] = field(default_factory=list)
     error: str | None = None
     trace: str | None = None
+    queue: dict[str, Any] | None = None
+    """The replicated-queue workload's figures (``queue_figures``)."""
 
     def ok(self) -> bool:
-        return (self.error is None and not self.unexpected_exits and self.settle_final is not None
+        queue_ok = self.queue is None or (not self.queue["lost"] and not self.queue["consumed_twice"]
+                                          and self.queue["states_equal"])
+        return (self.error is None and not self.unexpected_exits and self.settle_final is not None and queue_ok
                 and self.without_outcome == 0 and not any(self.violations.values()) and bool(self.violations))
 
 
 def replay_command(args: argparse.Namespace) -> str:
     return (f"python benchmarks/nemesis.py --members {args.members} --seconds {args.seconds:g} --order {args.order} "
-            f"--seed {args.seed} --faults {','.join(args.faults)} --overlap {args.overlap} --rate {args.rate:g}")
+            f"--seed {args.seed} --faults {','.join(args.faults)} --overlap {args.overlap} --rate {args.rate:g}"
+            + (" --workload queue" if args.workload == "queue" else ""))
+
+
+def queue_figures(members: Members) -> dict[str, Any]:
+    """The replicated queue's history, from every incarnation's lines: every
+    acknowledged PUT consumed (acknowledged) once or left in the queue at the
+    end, none consumed twice, and the replicas that ended in one view with
+    equal states."""
+    lines = [event for incarnation in members.all for event in list(incarnation.events)]
+    acked = {e["msg"] for e in lines if e.get("event") == "acked"}
+    consumed = Counter(m for e in lines if e.get("event") == "consumed" for m in e["msgs"])
+    received = Counter(m for e in lines if e.get("event") == "received" for m in e["msgs"])
+    finals = [e for e in lines if e.get("event") == "queue_state"]
+    last = {}
+    for incarnation in members.all:
+        mine = [e for e in list(incarnation.events) if e.get("event") == "queue_state"]
+        if mine and incarnation is members.current.get(incarnation.member):
+            last[incarnation.member] = mine[-1]
+    remaining = set().union(*(set(e["remaining"]) for e in last.values())) if last else set()
+    states = {(e["applied"], e["digest"]) for e in last.values()}
+    return {"acked": len(acked), "refused": sum(1 for e in lines if e.get("event") == "refused"),
+            "put_timeouts": sum(1 for e in lines if e.get("event") == "put_timeout"),
+            "received": sum(received.values()), "redelivered": sum(n - 1 for n in received.values() if n > 1),
+            "consumed": len(consumed), "consumed_twice": sorted(m for m, n in consumed.items() if n > 1)[:20],
+            "lost": sorted(acked - set(consumed) - remaining)[:20], "left_in_queue": len(remaining),
+            "final_states": len(last), "states_equal": len(states) == 1 and len(last) == len(members.ids),
+            "final_reports": len(finals)}
 
 
 def run(args: argparse.Namespace, workdir: Path, say: Callable[[str], None] = print) -> Outcome:
@@ -807,7 +842,8 @@ def run(args: argparse.Namespace, workdir: Path, say: Callable[[str], None] = pr
     lifetime = args.seconds + args.settle_timeout + FORM_TIMEOUT + 120
     stopped_at: float | None = None
     with netns.hosts(args.members) as hosts:
-        members = Members(hosts, workdir, args.order, args.rate, lifetime)
+        members = Members(hosts, workdir, "safe" if args.workload == "queue" else args.order, args.rate, lifetime,
+                          queue=args.workload == "queue")
         nemesis = Nemesis(faults, hosts, members, args.seed, say)
         try:
             for command in setup_commands(hosts):
@@ -861,6 +897,11 @@ def run(args: argparse.Namespace, workdir: Path, say: Callable[[str], None] = pr
             check(outcome, members, workdir, stopped_at, nemesis.started_at or None)
         except Exception as error:  # noqa: BLE001 - a trace that cannot be read or checked fails the run
             outcome.error = f"checking the trace: {type(error).__name__}: {error}"
+    if args.workload == "queue":
+        outcome.queue = queue_figures(members)
+    for incarnation in members.all:  # the members' lines, to read a failure afterwards
+        lines = "".join(json.dumps(e) + "\n" for e in list(incarnation.events))
+        (workdir / f"member-{incarnation.member}.{incarnation.number}.jsonl").write_text(lines)
     return outcome
 
 
@@ -925,6 +966,8 @@ def summary(outcome: Outcome, args: argparse.Namespace) -> str:
         lines.append(f"  {text}")
     if outcome.error:
         lines.append(f"  error: {outcome.error}")
+    if outcome.queue is not None:
+        lines.append("  replicated queue: " + ", ".join(f"{k}={v}" for k, v in outcome.queue.items()))
     lines.append(f"  trace: {outcome.trace} (the timeline's 0.00s is {outcome.nemesis_start} s there)")
     lines.append(f"  result: {'OK' if outcome.ok() else 'FAILED'}")
     lines.append(f"replay: {replay_command(args)}")
@@ -941,6 +984,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--overlap", type=int, default=2, help="most faults active at once")
     parser.add_argument("--rate", type=float, default=5.0, help="multicasts per second per member")
     parser.add_argument("--settle-timeout", type=float, default=60.0)
+    parser.add_argument("--workload", default="group", choices=("group", "queue"),
+                        help="group: multicasts in --order; queue: every member a replica of one replicated queue "
+                             "(safe order), putting at --rate and consuming")
     parser.add_argument("--keep", type=Path, default=None, help="run directory (traces, members' stderr) to keep")
     parser.add_argument("--json", type=Path, default=None, help="write the summary here as JSON")
     args = parser.parse_args(argv)

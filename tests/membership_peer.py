@@ -29,6 +29,7 @@ port and merely falls silent, and the failure detector must tell the two apart.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -72,6 +73,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, help="send exactly this many messages, then stop sending")
     parser.add_argument("--wait-for", type=int, default=1, help="with --messages: members to wait for first")
     parser.add_argument("--trace", help="run directory to record trace schema 1 into")
+    parser.add_argument("--queue", type=int, metavar="REPLICAS",
+                        help="instead: be a replica of the replicated queue 'jobs' of REPLICAS replicas, put at "
+                             "--rate, consume, and report acked, refused, received and consumed ids")
     return parser.parse_args(argv)
 
 
@@ -102,6 +106,9 @@ async def run(args: argparse.Namespace) -> None:
     import sgcs
     import trio
 
+    if args.queue is not None:
+        await run_queue(args)
+        return
     counts: Counter[str] = Counter()
     async with sgcs.open_node(config_of(args), trace=args.trace) as node, \
             node.join(args.group, order=args.order) as group:
@@ -117,6 +124,70 @@ async def run(args: argparse.Namespace) -> None:
             nursery.cancel_scope.cancel()
     io = node.io_statistics()
     emit("exit", **counts, unreachable=getattr(io, "unreachable", None), send_errors=io.send_errors)
+
+
+async def run_queue(args: argparse.Namespace) -> None:
+    """The replicated-queue workload of ``benchmarks/nemesis.py --workload queue``."""
+    import hashlib
+
+    import sgcs
+    import trio
+    from sgcs.services.queues.replicated import NotPrimary, open_replicated_queue
+
+    incarnation = f"{args.id}.{os.getpid()}"
+    async with sgcs.open_node(config_of(args), trace=args.trace) as node, \
+            open_replicated_queue(node, "jobs", replicas=args.queue) as queue:
+        emit("ready", id=node.id, pid=os.getpid(), address=list(node.address))
+
+        async def views() -> None:
+            seen = None
+            while True:
+                if queue.view_id != seen:
+                    seen = queue.view_id
+                    emit("view", view_id=seen, members=list(queue.members))
+                await trio.sleep(0.02)
+
+        async def produce() -> None:
+            for n in itertools.count():
+                await trio.sleep(1.0 / args.rate)
+                body = f"{incarnation}.{n}".encode()
+                if not queue.writable:
+                    continue
+                with trio.move_on_after(10):
+                    try:
+                        await queue.put(body)
+                    except NotPrimary:
+                        emit("refused", msg=body.decode())
+                    else:
+                        emit("acked", msg=body.decode(), members=len(queue.members))
+                    continue
+                emit("put_timeout", msg=body.decode())
+
+        async def consume() -> None:
+            while True:
+                try:
+                    batch = await queue.get_many(20, timeout=0.5)
+                    if batch:
+                        emit("received", msgs=[m.body.decode() for m in batch])
+                        acked = await queue.ack(batch)
+                        emit("consumed", msgs=[m.body.decode() for m in acked])
+                        if len(acked) < len(batch):  # excluded meanwhile: those go to another consumer
+                            emit("lease_lost", msgs=[m.body.decode() for m in batch if m not in acked])
+                except NotPrimary:
+                    await queue.wait_writable()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
+            nursery.start_soon(views)
+            nursery.start_soon(produce)
+            nursery.start_soon(consume)
+            await trio.sleep(args.lifetime)
+            nursery.cancel_scope.cancel()
+        rows = queue.store._db.execute("SELECT seq, msg_id, priority, state, owner, deliveries, body FROM messages "
+                                       "ORDER BY seq").fetchall()
+        digest = hashlib.blake2b(repr(rows).encode(), digest_size=16).hexdigest()
+        emit("queue_state", applied=queue.applied, digest=digest, standing=queue.standing.value,
+             members=list(queue.members), remaining=[row[6].decode() for row in rows])
 
 
 async def _report_events(group: Any, verbose: bool, counts: Counter[str]) -> None:

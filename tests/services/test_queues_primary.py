@@ -173,3 +173,29 @@ async def test_puts_under_way_when_the_view_becomes_a_minority_raise_not_primary
         queue._on_view(sgcs.ViewChange("v9.1-x", (1,), "sgcs.rq.jobs", failed=(2, 3)))
         await trio.testing.wait_all_tasks_blocked()
         assert len(outcome) == 1 and queue.standing is Standing.MINORITY and not queue._pending
+
+
+async def test_what_a_minority_transitional_view_delivers_is_not_applied() -> None:
+    """Left out of a change, a member delivers its own last messages in a
+    transitional view of itself (extended virtual synchrony); the others need
+    not have them, so a replica there applies none (nemesis, queue workload,
+    seed 11: a PUT acknowledged that way was in nobody's queue)."""
+    queue = ReplicatedQueue(_Silent(), "jobs", replicas=5, dedup_window=10)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        queue._nursery = nursery
+        queue.standing = Standing.SETTLED
+        outcome: list[BaseException] = []
+        op, msg_id = queue._put_op(b"late", 0, None)
+
+        async def put() -> None:
+            try:
+                await queue._submit(msg_id, op)
+            except NotPrimary as error:
+                outcome.append(error)
+
+        nursery.start_soon(put)
+        await trio.testing.wait_all_tasks_blocked()
+        queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", "v3.5-x", (1,)))
+        queue._on_op(1, rq.decode_op_untrusted(op))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(outcome) == 1 and queue.depth() == 0 and queue.refused == 1

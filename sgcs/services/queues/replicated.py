@@ -281,6 +281,8 @@ class _Pending:
     op: bytes
     done: trio.Event = field(default_factory=trio.Event)
     leased: list[Message] = field(default_factory=list)
+    tags: list[int] = field(default_factory=list)
+    """What an ACK or RELEASE settled: the tags still leased to us when it applied."""
     error: SgcsError | None = None
     abandoned: bool = False
     """Its caller stopped waiting: what it leases goes back."""
@@ -314,6 +316,7 @@ class ReplicatedQueue:
         self.transfers = 0
         """Snapshots this replica loaded."""
         self.members: tuple[int, ...] = ()
+        self.view_id = ""
         self.clock: Callable[[], float] = time.time
         """The wall clock this replica's PUTs and GETs carry (tests skew it)."""
         self._limit_in_force: int | None = None
@@ -426,19 +429,29 @@ class ReplicatedQueue:
         key, request = self._request()
         await self._submit(key, self._get_op(request, 0))
 
-    async def ack(self, messages: Sequence[Message]) -> None:
-        """Acknowledge leased messages; returns once this replica applied it."""
-        await self._settle(messages, release=False)
+    async def ack(self, messages: Sequence[Message]) -> list[Message]:
+        """Acknowledge leased messages (removed at every replica); returns once
+        this replica applied it, with those acknowledged. A message missing
+        there was no longer leased to this member (it was excluded meanwhile,
+        e.g. in a partition, and its leases went back to the queue): it will
+        be handed out again, so whatever was done for it may be done twice."""
+        return await self._settle(messages, release=False)
 
-    async def release(self, messages: Sequence[Message]) -> None:
-        """Give messages back; each counts as a delivery toward the delivery limit."""
-        await self._settle(messages, release=True)
+    async def release(self, messages: Sequence[Message]) -> list[Message]:
+        """Give messages back; each counts as a delivery toward the delivery limit.
+        Returns those released (see ``ack``)."""
+        return await self._settle(messages, release=True)
 
-    async def _settle(self, messages: Sequence[Message], *, release: bool) -> None:
-        tags = [m.tag for m in messages]
+    async def _settle(self, messages: Sequence[Message], *, release: bool) -> list[Message]:
+        by_tag = {m.tag: m for m in messages}
+        done: list[Message] = []
+        tags = list(by_tag)
         for start in range(0, len(tags), MAX_TAGS):
             key, request = self._request()
-            await self._submit(key, encode_op(Settle(release, tuple(tags[start:start + MAX_TAGS]), request)))
+            pending = await self._submit(key, encode_op(Settle(release, tuple(tags[start:start + MAX_TAGS]),
+                                                               request)))
+            done += [by_tag[tag] for tag in pending.tags]
+        return done
 
     async def purge_dead(self) -> None:
         """Delete the dead messages at every replica (at the same point of the stream)."""
@@ -487,6 +500,8 @@ class ReplicatedQueue:
                 self._on_op(event.sender, op)
             elif isinstance(event, sgcs.ViewChange):
                 self._on_view(event)
+            elif isinstance(event, sgcs.TransitionalView):
+                self._on_transitional(event)
             elif isinstance(event, sgcs.Rollback):
                 self._retry([seq for sender, seq in event.messages if sender == self.me])
             elif isinstance(event, sgcs.NotDelivered) and event.to is None:
@@ -515,18 +530,28 @@ class ReplicatedQueue:
             return b"r" + _U64.pack(op.request)
         return None
 
-    def _finish_own(self, sender: int, op: Op, error: SgcsError | None, leased: list[Message] | None = None) -> None:
+    def _finish_own(self, sender: int, op: Op, error: SgcsError | None, leased: list[Message] | None = None,
+                    settled: list[int] | None = None) -> None:
         key = self._key_of(op) if sender == self.me else None
         pending = self._pending.pop(key, None) if key is not None else None
         if pending is None:
             if leased:  # the asker stopped waiting (or never did): give them back
-                self._nursery.start_soon(self.release, leased)
+                self._nursery.start_soon(self._give_back, leased)
             return
         if leased:
             if pending.abandoned and error is None:
-                self._nursery.start_soon(self.release, leased)
+                self._nursery.start_soon(self._give_back, leased)
             pending.leased.extend(leased)
+        pending.tags = settled or []
         pending.finish(error)
+
+    async def _give_back(self, leased: list[Message]) -> None:
+        """Release leases nobody waits for. In a minority view it cannot: the
+        primary releases them when it excludes this member."""
+        try:
+            await self.release(leased)
+        except NotPrimary:
+            pass
 
     def _retry(self, seqs: list[int]) -> None:
         """Our multicasts that came back (rolled back, not delivered): send again
@@ -552,7 +577,7 @@ class ReplicatedQueue:
         (HELLO) and, once all are heard, the one furthest on provides its
         snapshot to those behind (Amir's primary component, state by transfer)."""
         settled_before = self.standing is Standing.SETTLED
-        self.members = event.members
+        self.members, self.view_id = event.members, event.view_id
         self._view = _view_token(event.view_id)
         self._view_ready.set()
         self._hellos, self._chunks, self._outgoing = {}, {}, None
@@ -561,11 +586,8 @@ class ReplicatedQueue:
         resend = [k for k in (self._key_of(op) for sender, op in self._buffer if sender == self.me) if k is not None]
         self._buffer = []
         if 2 * len(event.members) <= self.replicas:
-            self.standing = Standing.MINORITY
-            for pending in self._pending.values():
-                pending.finish(NotPrimary(f"replicated queue {self.name}: this replica's view holds "
-                                          f"{len(event.members)} of {self.replicas} replicas, not a majority"))
-            self._pending, self._sent = {}, {}
+            self._enter_minority(len(event.members))
+            return
         elif settled_before and not event.joined:
             self._next_generation = self.generation + 1
             self._resend_later = resend
@@ -575,6 +597,21 @@ class ReplicatedQueue:
             self.standing = Standing.SYNCING
             self._resend_later = resend
             self._nursery.start_soon(self._send_raw, [self._hello()])
+        self._notify()
+
+    def _on_transitional(self, event: sgcs.TransitionalView) -> None:
+        """The deliveries up to the next view are among ``event.members`` only
+        (extended virtual synchrony): the other members of the view need not
+        have them. Unless those few are a majority, they apply nothing."""
+        if 2 * len(event.members) <= self.replicas:
+            self._enter_minority(len(event.members))
+
+    def _enter_minority(self, size: int) -> None:
+        self.standing = Standing.MINORITY
+        for pending in self._pending.values():
+            pending.finish(NotPrimary(f"replicated queue {self.name}: this replica's view holds {size} of "
+                                      f"{self.replicas} replicas, not a majority"))
+        self._pending, self._sent, self._buffer = {}, {}, []
         self._notify()
 
     def _hello(self) -> bytes:
@@ -667,18 +704,21 @@ class ReplicatedQueue:
             return
         self.applied += 1
         leased: list[Message] = []
+        settled: list[int] = []
         if isinstance(op, Put):
             self._apply_put(op)
         elif isinstance(op, Get):
             leased = self._apply_get(sender, op)
         elif isinstance(op, Settle):
+            owner = f"m:{sender}"
+            settled = self.store.leased_to(QUEUE, owner, op.tags)  # the rest are not this member's now
             if op.release:
-                self.store.release(op.tags, f"m:{sender}")
+                self.store.release(settled, owner)
             else:
-                self.store.ack(op.tags, f"m:{sender}")
+                self.store.ack(settled, owner)
         else:
             self.store.purge_dead(QUEUE)
-        self._finish_own(sender, op, None, leased)
+        self._finish_own(sender, op, None, leased, settled)
         self._notify()
 
     def _apply_put(self, op: Put) -> None:

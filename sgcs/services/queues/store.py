@@ -502,6 +502,17 @@ class QueueStore:
             self._retire_over_limit()
             return done
 
+    def leased_to(self, queue: str, consumer: str, tags: Sequence[int]) -> list[int]:
+        """Those of ``tags`` that are leased to ``consumer`` now, in the order given."""
+        held: set[int] = set()
+        for start in range(0, len(tags), 500):
+            chunk = list(tags[start:start + 500])
+            marks = ",".join("?" * len(chunk))
+            held.update(row[0] for row in self._db.execute(
+                f"SELECT seq FROM messages WHERE queue=? AND state=1 AND owner=? AND seq IN ({marks})",
+                (queue, consumer, *chunk)))
+        return [tag for tag in tags if tag in held]
+
     def lease_owners(self, queue: str) -> list[str]:
         """The consumers holding a lease in ``queue``."""
         return [row[0] for row in self._db.execute(
