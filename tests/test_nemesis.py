@@ -200,3 +200,23 @@ def test_a_short_nemesis_run_leaves_a_clean_trace(tmp_path: Path, record_propert
     assert outcome.settle_final is not None, report
     assert outcome.violations and not any(outcome.violations.values()), report
     assert outcome.without_outcome == 0 and outcome.sent > 0, report
+
+
+def test_queue_figures_find_lost_and_twice_consumed_messages_and_unequal_states() -> None:
+    import types
+
+    def incarnation(member: int, *events: dict[str, Any]) -> Any:
+        return types.SimpleNamespace(member=member, events=list(events))
+
+    def final(digest: str, remaining: list[str]) -> dict[str, Any]:
+        return {"event": "queue_state", "applied": 5, "digest": digest, "remaining": remaining}
+
+    one = incarnation(1, {"event": "acked", "msg": "a"}, {"event": "acked", "msg": "b"},
+                      {"event": "acked", "msg": "c"}, {"event": "consumed", "msgs": ["a"]}, final("x", ["c"]))
+    two = incarnation(2, {"event": "received", "msgs": ["a", "b"]}, {"event": "consumed", "msgs": ["a"]},
+                      final("x", ["c"]))
+    members = types.SimpleNamespace(all=[one, two], current={1: one, 2: two}, ids=[1, 2])
+    found = nemesis.queue_figures(members)  # type: ignore[arg-type]
+    assert (found["acked"], found["lost"], found["consumed_twice"], found["states_equal"]) == (3, ["b"], ["a"], True)
+    two.events[-1] = final("y", ["c"])
+    assert nemesis.queue_figures(members)["states_equal"] is False  # type: ignore[arg-type]
