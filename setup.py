@@ -20,7 +20,8 @@ from setuptools.command.build_ext import build_ext
 
 NATIVE_MODULES = (
     "sgcs/wire.py", "sgcs/security.py", "sgcs/node.py", "sgcs/group.py", "sgcs/membership/synchrony.py",
-    "sgcs/membership/detector.py", "sgcs/membership/agreement.py", "sgcs/transport/params.py",
+    "sgcs/membership/detector.py", "sgcs/membership/agreement.py", "sgcs/membership/change.py",
+    "sgcs/transport/params.py",
     "sgcs/transport/records.py", "sgcs/transport/reliable.py", "sgcs/transport/framing.py",
     "sgcs/transport/unicast.py", "sgcs/transport/reassembly.py", "sgcs/ordering/total.py",
 )

@@ -46,6 +46,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sgcs.membership.synchrony",
     "sgcs.membership.detector",
     "sgcs.membership.agreement",
+    "sgcs.membership.change",
     "sgcs.transport.params",
     "sgcs.transport.records",
     "sgcs.transport.reliable",

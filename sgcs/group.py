@@ -2,31 +2,31 @@
 
 Theory of operation
 -------------------
-A ``GroupStack`` holds what a node keeps per group: the view agreement
-(``membership.agreement``), the reliable multicast stream
-(``transport.reliable``), the unicast streams (``transport.unicast``) and the
-outbox of multicast records waiting to share a datagram (batching, at most
-``flush_delay``). It turns transport outputs into ``(type, destination, flags,
-body)`` frames; the node seals and addresses them. Keeping this per-group
-plumbing here leaves ``node.py`` with the wire and the dispatch.
+A ``GroupStack`` holds what a node keeps per group: its view and the
+changes that move it (``membership.change.ViewChanges``), the reliable
+multicast stream (``transport.reliable``), the unicast streams
+(``transport.unicast``), the order (``ordering.total``) and the outbox of
+multicast records waiting to share a datagram (batching, at most
+``flush_delay``). It turns transport outputs into ``(type, destination,
+flags, body)`` frames; the node seals and addresses them. Keeping this
+per-group plumbing here leaves ``node.py`` with the wire and the dispatch.
 
-Views and streams move together (virtual synchrony). The view agreement
-decides the next view and its cut; ``membership.synchrony.ViewChange`` owns
-the data-plane side of a change (its phase, what is held for the new view,
-what the last change rolled back or withdrew). This stack wires the two to
-the streams and the order: at a freeze it stops stability past the
-snapshot, at a commit it completes each stream up to the cut and delivers
-that in the old view (ordered groups drain their order without waiting for
-promises), at the install it starts the new view's streams and order after
-the cut, and it reports what happened as typed events, in order. Members
-new to our view start their streams after the cut. No record past a
-snapshot becomes stable during a change, since a newcomer may still need it.
+Views and streams move together (virtual synchrony). ``ViewChanges``
+decides every step of a view change and when it happens; this stack is its
+data plane (``membership.change.DataPlane``) and carries the steps out on the
+streams and the order: at a freeze it stops stability past the snapshot, at
+a commit it fetches each stream up to the cut and delivers that in the old
+view (ordered groups drain their order without waiting for promises), at the
+install it starts the new view's streams and order after the cut, and it
+reports what happened as typed events, in order. No record past a snapshot
+becomes stable during a change, since a newcomer may still need it.
 
 Caps (docs/limits.md): the view holds at most ``max_members`` members
 (``agreement``); members refused for another order are remembered up to
-``MAX_REJECTED``, oldest forgotten first; ``incarnations`` and ``joined_at``
-only keep members of the view (and a few recent strangers); messages held
-for a view change come out of the stream, whose caps bound them.
+``change.MAX_REJECTED``, oldest forgotten first; ``incarnations``,
+``joined_at`` and ``delivered_high`` only keep members of the view (and a few
+recent strangers); messages held for a view change come out of the stream,
+whose caps bound them.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any, Callable, Iterable
 
 from .config import Order
 from .errors import UsageError
-from .membership.agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
-from .membership.messages import Beacon, CommitMsg, Flush, InstalledMsg, Propose, ViewMessage, decode_view_message
+from .membership.agreement import CtlSend, View, ViewAgreement
+from .membership.change import ViewChanges
 from .membership.roster import roster_of
 from .membership.synchrony import ViewChange
 from .ordering.total import OrderedMessage, OrderingLayer
@@ -135,39 +135,6 @@ GroupEvent = Delivered | OptimisticBegan | Installed | RolledBack | Undelivered 
 _KIND_TYPES = {"data": MsgType.DATA, "retransmit": MsgType.RETRANSMIT, "gossip": MsgType.GOSSIP}
 
 
-MAX_EPOCH = 2**62
-"""Control messages of epochs from here on are ignored (found by fuzzing: a
-beacon at 2**63 - 1 made us propose 2**63, which no decoder accepts)."""
-
-MAX_REJECTED = 1_024
-"""Members refused for joining with another order that we remember; past it
-the oldest is forgotten (it may be refused again when it next says hello)."""
-
-
-class BoundedSet:
-    """A set of member ids that forgets its oldest entry past ``cap``."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self._items: dict[int, None] = {}  # insertion-ordered: the first key is the oldest
-        self.forgotten = 0
-
-    def add(self, item: int) -> None:
-        self._items.pop(item, None)
-        self._items[item] = None
-        if len(self._items) > self.cap:
-            del self._items[next(iter(self._items))]
-            self.forgotten += 1
-
-    def discard(self, item: int) -> None:
-        self._items.pop(item, None)
-
-    def __contains__(self, item: object) -> bool:
-        return item in self._items
-
-    def __len__(self) -> int:
-        return len(self._items)
-
 
 class GroupStack:
     """View, reliable streams and outbox of one group on one member."""
@@ -184,37 +151,26 @@ class GroupStack:
         if len(initial) > params.max_members:
             raise UsageError(f"group {name!r}: {len(initial)} members given, Config.max_members is "
                              f"{params.max_members}; raise it or join with fewer")
-        self.agreement = ViewAgreement(me, initial, params, now, self.tag, epoch=1 if len(initial) > 1 else 0,
-                                       ordered=order is not Order.FIFO, incarnation=incarnation)
-        self._clock = 0
-        self.ordering = self._new_ordering({})
         self.events: list[GroupEvent] = []
         """Deliveries and view events, in the order the node must report them."""
-        self.sync = ViewChange(me)
-        """The view-change state: its phase, what is held, rolled back, withdrawn."""
-        self.own_last = 0
-        self.awaiting: set[int] = set()
-        """Our own multicasts (first record) with no outcome yet: neither
-        delivered here, nor rolled back, nor reported not delivered."""
-        self._request_at: float | None = None
-        self.rejected = BoundedSet(MAX_REJECTED)
-        """Members refused for joining with another order: never admitted."""
-        self.confirmed_beacon: tuple[int, int, int] | None = None
-        """(coordinator, incarnation, epoch) of a beacon that listed exactly our
-        view: its repeats need not be decoded (O(N) member lists at scale)."""
-        self.incarnations: dict[int, int] = {}
-        """The incarnation each beacon sender last announced (bounded: see ``_on_beacon``)."""
         self.delivered_high: dict[int, int] = {}
         """Per sender, the last multicast record we delivered, in any view.
         A flush reports it so that no commit rolls back what we delivered,
         even in a view long left (randomized total-order machine, seed
         567377617: a coordinator that had delivered a message in a view it
         then left alone committed a later view that rolled it back). Kept
-        for members of our view and a few others (``_forget_departed``)."""
-        self.joined_at: dict[int, int] = {}
-        """Epoch of the view that admitted each member newer than our first view."""
-        self.joining = False
-        """We announced our join and no member with our order has answered yet."""
+        for members of our view and a few others (``ViewChanges._note_incarnation``)."""
+        self.changes = ViewChanges(self, me, initial.members, params, now, self.tag, ORDER_CODES.index(order),
+                                   ordered=order is not Order.FIFO, safe=order is Order.SAFE,
+                                   incarnation=incarnation)
+        """The view and every change of it: the one owner of their state and steps."""
+        self._clock = 0
+        self.ordering = self._new_ordering({})
+        self.own_last = 0
+        self.awaiting: set[int] = set()
+        """Our own multicasts (first record) with no outcome yet: neither
+        delivered here, nor rolled back, nor reported not delivered."""
+        self._request_at: float | None = None
         self._promise_requested = False
         self._order_due = False
         """Own messages went into the order since it was last asked what is deliverable."""
@@ -230,13 +186,19 @@ class GroupStack:
         self.outbox: list[Record] = []
         self._outbox_bytes = 0
         self.flush_at: float | None = None
-        self.next_beacon: float | None = None
-        """Coordinators beacon every ``beacon_interval`` (set by the node)."""
         self.last_send = -math.inf
 
     @property
     def view(self) -> View:
-        return self.agreement.view
+        return self.changes.agreement.view
+
+    @property
+    def agreement(self) -> ViewAgreement:
+        return self.changes.agreement
+
+    @property
+    def sync(self) -> ViewChange:
+        return self.changes.sync
 
     def clock(self) -> int:
         """Our Lamport clock (ordered groups): the largest timestamp we sent
@@ -276,49 +238,6 @@ class GroupStack:
 
     # ------------------------------------------------------------------ the node's view of the group
 
-    def coordinating(self) -> bool:
-        return self.agreement.coordinator() == self.me
-
-    def failed_members(self) -> frozenset[int]:
-        """Members our agreement holds failed (the detector keeps their verdicts)."""
-        return frozenset(self.agreement.failed)
-
-    def coordinator(self) -> int:
-        return self.agreement.coordinator()
-
-    def take_charge(self, now: float) -> list:
-        """Propose ourselves: our coordinator went silent while our verdict stands."""
-        return self.on_agreement(self.agreement.take_charge(now), now)
-
-    def lowest_live(self, count: int, besides: tuple[int, ...]) -> list[int]:
-        """The ``count`` lowest members of the view not failed, not leaving and
-        not in ``besides``: the coordinator and its successors."""
-        agreement, found = self.agreement, []
-        for member in self.view.members:
-            if member not in besides and member not in agreement.failed and member not in agreement.leaving:
-                found.append(member)
-                if len(found) == count:
-                    break
-        return found
-
-    def reject(self, member: int) -> None:
-        """``member`` joins with another order: never admitted."""
-        self.rejected.add(member)
-
-    def merge_joiner(self, member: int, now: float) -> list:
-        """A joiner announced itself: merge it without waiting for its beacon."""
-        return self.on_agreement(self.agreement.merge_with({member: 0}, member, now), now)
-
-    def beacon_due(self, now: float, interval: float) -> bool:
-        """Whether a beacon of ours goes out now (coordinators beacon every ``interval``)."""
-        if self.next_beacon is None or self.next_beacon > now:
-            return False
-        self.next_beacon = now + interval
-        return self.coordinating()
-
-    def beacon(self, incarnation: int) -> CtlSend:
-        return self.agreement.beacon(incarnation, ORDER_CODES.index(self.order))
-
     def window(self) -> int:
         """Unstable records held here (the flow-control window)."""
         return self.stream.window()
@@ -346,300 +265,91 @@ class GroupStack:
         order or a view change); 0 whenever the group is at rest."""
         return len(self.awaiting)
 
-    # ------------------------------------------------------------------ membership
+    # ------------------------------------------------------------------ the data plane of a view change
 
-    def snapshot(self) -> tuple[int, dict[int, int]]:
-        """Our last own record and how far we hold each member's stream."""
-        return self.stream.contig_of(self.me), self.sync.snapshot(dict(self.stream.received_vector()))
+    # ``membership.change.ViewChanges`` decides every step of a view change;
+    # these carry its decisions out on the streams, the order and the events.
 
-    def on_agreement(self, outputs: list[AgreementOut], now: float) -> list:
-        """Apply what the view agreement decided; returns control frames to send.
-        Our own multicast proposals and commits, and replies to ourselves, are
-        handled here at once (the network does not loop them back)."""
-        frames: list = []
-        for output in outputs:
-            if isinstance(output, CtlSend):
-                frames.append(output)
-                if output.dst is None and output.msg_type in (MsgType.PROPOSE, MsgType.COMMIT) \
-                        or output.dst == self.me:
-                    frames += self.on_control(self.me, decode_view_message(output.msg_type, output.body), now)
-            elif isinstance(output, Freeze):
-                self.sync.freeze(output.limits)
-                self.stream.stability_cap = dict(output.limits)
-                self.events.append(OptimisticBegan(output.optimistic))
-            elif isinstance(output, Commit):
-                frames += self._begin_commit(output, now)
-        return [f for f in frames if not (isinstance(f, CtlSend) and f.dst == self.me)]
+    def own_last_record(self) -> int:
+        return self.stream.contig_of(self.me)
 
-    def on_control(self, src: int, msg: ViewMessage, now: float, incarnation: int | None = None) -> list:
-        """``incarnation``: the sender's, from the datagram header. Noted for
-        every control message, so a beacon can be told apart from a restart
-        even when it is the first beacon heard from that member."""
-        agreement = self.agreement
-        if msg.epoch >= MAX_EPOCH and src != self.me:
-            return []  # absurd: our next proposal (one above) must still fit the wire's 63 bits
-        if incarnation is not None and type(msg) is not Beacon:
-            self._note_incarnation(src, incarnation)
-        if type(msg) is Propose:
-            frames = self.on_agreement(agreement.on_propose(src, msg, self.snapshot(), now, self.delivered_high,
-                                                            incarnation), now)
-            return frames + self._answer_deferred(now)
-        if type(msg) is Flush:
-            return self.on_agreement(agreement.on_flush(src, msg, now, incarnation), now)
-        if type(msg) is CommitMsg:
-            return self.on_agreement(agreement.on_commit(src, msg, incarnation), now)
-        if type(msg) is InstalledMsg:
-            agreement.on_installed(src, msg)
-        elif type(msg) is Beacon:
-            return self.on_agreement(self._on_beacon(src, msg, now), now)
-        return []
+    def received_vector(self) -> dict[int, int]:
+        return dict(self.stream.received_vector())
 
-    def _note_incarnation(self, src: int, incarnation: int) -> None:
-        self.incarnations[src] = incarnation
-        if len(self.incarnations) > 2 * len(self.view.members) + 64:  # forget senders long gone
-            self.incarnations = {m: i for m, i in self.incarnations.items() if m in self.view or m == src}
-        if len(self.delivered_high) > 2 * len(self.view.members) + 64:
-            self.delivered_high = {m: s for m, s in self.delivered_high.items() if m in self.view}
+    def cap_stability(self, limits: dict[int, int] | None) -> None:
+        self.stream.stability_cap = limits
 
-    def _on_beacon(self, src: int, msg: Beacon, now: float) -> list[AgreementOut]:
-        if msg.order_code != ORDER_CODES.index(self.order) or src in self.rejected:
-            return []
-        known = self.incarnations.get(src)
-        self._note_incarnation(src, msg.incarnation)
-        if msg.epoch == self.view.epoch and (msg.members is self.view.members or msg.members == self.view.members) \
-                and src in self.view:
-            # the usual beacon: our own view, listed as we list it (a tuple
-            # comparison, not a set and a sort of 10,000 ids per member per beacon)
-            self.confirmed_beacon = (src, msg.incarnation, msg.epoch)
-            return []
-        members = set(msg.members) or {src}
-        if src in self.view:
-            if msg.epoch == self.view.epoch and tuple(sorted(members)) == self.view.members:
-                self.confirmed_beacon = (src, msg.incarnation, msg.epoch)
-                return []
-            if members & set(self.view.members) == {src} and len(self.view.members) > 1:
-                if known in (None, msg.incarnation) and msg.epoch < self.joined_at.get(src, -1):
-                    # its discovery beacon, overtaken by its join (another socket, another path);
-                    # a restart shows a new incarnation to the coordinator, which heard it flush
-                    return []
-                return self.agreement.member_failed(src, now)  # it restarted, or missed its exclusion
-            if self.me not in members and msg.epoch >= self.view.epoch and not self.completing():
-                # we missed the commit that excluded us; or, at our own epoch (no
-                # incarnation of a coordinator installs two views of one epoch),
-                # it restarted before we ever heard its former self
-                return self.agreement.left_out(src, max(msg.epoch, self.view.epoch + 1))
-            if msg.epoch >= self.view.epoch and tuple(sorted(members)) != self.view.members \
-                    and src != self.agreement.coordinator():
-                return self.agreement.diverge(dict.fromkeys(members, msg.epoch), now)  # two views overlap
-            return []
-        mates = members & set(self.view.members)
-        if mates and self.me not in members and msg.epoch > self.view.epoch and not self.completing():
-            # members of our view are in a later view without us: we missed the
-            # commit that excluded us, and its coordinator is not ours, so no
-            # beacon of our coordinator would tell us (randomized total-order
-            # machine, seed 3149061291: a wedge)
-            return self.agreement.left_out(src, msg.epoch)
-        return self.agreement.merge_with(dict.fromkeys(members, msg.epoch), src, now)
+    def began(self, optimistic: View) -> None:
+        self.events.append(OptimisticBegan(optimistic))
 
-    def completing(self) -> bool:
-        """A commit is being completed here (its cut fetched, then installed)."""
-        return self.sync.completing
-
-    def _begin_commit(self, commit: Commit, now: float) -> list:
-        """SGCS section 4.2, phase 2: the commit names the cut. Fetch every
-        stream up to it and deliver that in the old view."""
-        assert commit is self.agreement.committing  # the agreement keeps the one record of it
-        if commit.view.members == (self.me,) and not commit.cut:
-            self.sync.begin_alone()
-            return self._install(now)  # left out: start again alone
-        old = self.view.members
-        # A FIFO member that lags (it missed the commit of our view) is ours up
-        # to the cut: we may have delivered its messages sent under our view's
-        # proposal on receipt, so every member of our view delivers them here.
-        # An ordered group delivers nothing at once: its laggards are foreign
-        # (the cut leaves their messages to the next view; agreement._holds_for).
-        fifo, agreement = self.ordering is None, self.agreement
-        foreign = frozenset(m for m in old if m in commit.view and not commit.shares(m, self.view)
-                            and not (fifo and agreement.lags(m, commit)))
-        # FIFO too: a member of our view delivered a foreign sender's records
-        # up to ``Commit.foreign`` on receipt (randomized FIFO machine,
-        # explore.py seed 1682738745: a restarted sender's last record,
-        # delivered by two members of the closing view and not by a third)
-        limits = {s: commit.foreign.get(s, 0) if s in foreign else commit.cut.get(s, 0) for s in old}
-        passed = self.sync.begin(limits, foreign, self.view.epoch)
-        for sender in old:
-            self.stream.expect(sender, limits[sender], now, holders=commit.view.members)
+    def fetch_cut(self, limits: dict[int, int], holders: tuple[int, ...], foreign: frozenset[int],
+                  now: float) -> None:
+        for sender, limit in limits.items():
+            self.stream.expect(sender, limit, now, holders=holders)
         self.stream.stability_cap = dict(limits)
         if self.ordering is not None:
-            # A foreign sender never installed our view (or restarted since):
-            # what we received of it is not ours to deliver here, beyond what a
-            # member of our view delivered before it flushed, which every member
-            # delivers here (``Commit.foreign``; members deliver nothing between
-            # their flush and the commit). Some members received more, others
-            # did not, or hold it back at their snapshot: delivering it would
-            # split our view (randomized total-order machine, seeds 7, 33064342
-            # and 567377617: invariant 5). It comes afresh after the cut.
             for sender in sorted(foreign):
                 limit = limits[sender]
                 self.ordering.truncate_at_first(sender, lambda m: m.last > limit)
-        self._release(self._order(passed))
-        self._release(self._deliverable())  # frozen since the proposal
-        return self.progress(now)
 
-    def progress(self, now: float) -> list:
-        """Install the committed view once every stream is complete up to the
-        cut. If that takes ``cut_timeout`` (the last holder of a record
-        is gone, or the group moved on), give up: start again alone and merge
-        back, which keeps every view we install consistent."""
-        sync, commit = self.sync, self.agreement.committing
-        if not sync.completing or commit is None:
-            return []
-        limits = sync.limits or {}
-        if all(self.stream.contig_of(s) >= limits.get(s, 0) for s in self.view.members if s != self.me):
-            return self._install(now)
-        if sync.overdue(now, self.params.cut_timeout):
-            sync.give_up(commit)
-            return self.on_agreement(self.agreement.give_up(commit), now)
-        return []
+    def holds(self, limits: dict[int, int], senders: Iterable[int]) -> bool:
+        return all(self.stream.contig_of(s) >= limits.get(s, 0) for s in senders)
 
-    def _install(self, now: float) -> list:
-        """SGCS section 4.2, phase 3: the old view's messages are delivered;
-        install the new view and sort out what was held for it."""
-        sync, commit = self.sync, self.agreement.committing
-        assert commit is not None
-        sync.install()
-        old = self.view
-        new = commit.view.members
-        foreign = sync.foreign
-        moving = tuple(m for m in old.members if m in new and m not in foreign)
-        # left out (a commit without us, missed or abandoned): a singleton
-        # with no cut, made here rather than by a coordinator's agreement
-        announced = self._drain_old_view(left_out=new == (self.me,) and len(old.members) > 1 and not commit.cut
-                                         and commit.coordinator != self.me, moving=moving)
-        newcomers = tuple(m for m in new if m not in old or m in foreign)
-        self.joined_at = {m: e for m, e in self.joined_at.items() if m in commit.view}
-        self.joined_at.update(dict.fromkeys(newcomers, commit.view.epoch))
+    def order_and_deliver(self, messages: list[Message]) -> None:
+        self._release(self._order(messages))
+
+    def deliver_ordered(self) -> None:
+        self._release(self._deliverable())
+
+    def deliver(self, messages: list[Message]) -> None:
+        self._release(messages)
+
+    def take_own_ordered(self) -> tuple[list[Message], int]:
+        if self.ordering is None:
+            return [], 0
+        own = [_message(m) for m in self.ordering.take_stream(self.me)]
+        return own, len(self.ordering.waiting_ids())
+
+    def drain_order(self) -> tuple[list[Message], int]:
+        if self.ordering is None:
+            return [], 0
+        delivered, discarded = self.ordering.drain()
+        return [_message(m) for m in delivered], len(discarded)
+
+    def transitional(self, view: View, members: tuple[int, ...]) -> None:
+        self.events.append(Transitional(view, members))
+
+    def restart_streams(self, members: tuple[int, ...], starts: dict[int, int]) -> None:
         self.stream.stability_cap = None
-        self.stream.set_members(new, starts={m: commit.cut.get(m, 0) for m in newcomers})
-        for member in old.members:
-            if member not in new:
-                self._forget_unicasts(member)
-                # its stream ended with this view: a flush that still reported
-                # its last delivery would start its next membership's stream
-                # there, after the records it numbers afresh on rejoining
-                self.delivered_high.pop(member, None)
-        leavers = frozenset(self.agreement.leaving)
-        frames = self.agreement.installed(commit, now)
-        # The new view's order starts after the cut and after what was rolled
-        # back or withdrawn: those records never enter it, and a promise that
-        # acknowledges one must not wait for it (randomized total-order
-        # machine, explore.py seed 3278971755: every member waited for ever
-        # on a newcomer's withdrawn first record).
+        self.stream.set_members(members, starts=starts)
+
+    def forget_member(self, member: int) -> None:
+        self._forget_unicasts(member)
+        # its stream ended with this view: a flush that still reported its
+        # last delivery would start its next membership's stream there, after
+        # the records it numbers afresh on rejoining
+        self.delivered_high.pop(member, None)
+
+    def forget_unicasts(self, member: int) -> None:
+        self._forget_unicasts(member)
+
+    def restart_order(self, starts: dict[int, int]) -> None:
         self._clock = self.clock()  # a Lamport clock never goes back, whatever the view
-        self.ordering = self._new_ordering({m: max(commit.cut.get(m, 0), commit.rollback.get(m, 0),
-                                                   commit.withdrawn.get(m, 0)) for m in new})
+        self.ordering = self._new_ordering(starts)
         self._choose_promises()
-        rejoined = frozenset(m for m in foreign if m in new)  # foreign: members of old only
-        if rejoined and not announced:
-            # Extended virtual synchrony: the members that move together from
-            # the old view are named before the new one, so a member of both
-            # views that did not come from the old one (a new incarnation, or a
-            # member back from another component) is not taken to have
-            # delivered the old view's messages with us (exhaustive checker,
-            # depth 5: "send 2; join 4; crash 2; restart 2; partition 1+3+4;
-            # settle" - the restarted 2 looked like the sender of a message
-            # nobody delivered)
-            self.events.append(Transitional(old, moving))
-        self.events.append(Installed(old, commit.view, leavers, rejoined))
-        kept, rolled_back = sync.settle(commit, old, new, foreign, left_out=new == (self.me,) and len(old.members) > 1)
+
+    def installed(self, old: View, new: View, leavers: frozenset[int], rejoined: frozenset[int]) -> None:
+        self.events.append(Installed(old, new, leavers, rejoined))
+
+    def report(self, rolled_back: list[Message]) -> None:
         self._report(rolled_back)
-        self._release(self._order(sync.gate(kept, self.view.epoch)))  # a later change's messages stay held
-        if newcomers and self.next_beacon is not None:
-            # A view that grew announces itself at once: a lower coordinator
-            # whose merge proposal the members refused as partial (it knew an
-            # older, smaller view of ours) proposes the whole union now, not a
-            # beacon interval later (8 processes started together: one was
-            # left alone for two intervals, 2.9 s instead of 0.9 s).
-            self.next_beacon = now
-        return self.on_agreement(frames, now)
-
-    def _drain_old_view(self, left_out: bool = False, moving: tuple[int, ...] = ()) -> bool:
-        """Deliver everything up to the cut in the old view; ordered groups
-        stop waiting for promises (every member holds the same cut).
-
-        A member left out of the commit holds no agreed cut. The others'
-        messages its order still waits for are discarded: a sender that went
-        on delivers those past the cut in its next view, after messages it
-        placed before them. Its own messages are delivered, in a transitional
-        view of itself alone (extended virtual synchrony's self-delivery,
-        Moser, Amir et al. 1994): the others delivered those within their cut
-        in this view, in the same order (senders state their timestamps), and
-        nobody delivers the rest (we are in none of their next views). Without
-        this, what it sent in a partition that healed before both sides
-        installed their views was delivered by nobody, its sender included.
-
-        In safe order, what the drain delivers was not acknowledged by every
-        member of the old view (else it would have gone already): as in
-        Spread's extended virtual synchrony, it is delivered in a transitional
-        view of the members ``moving`` with us, announced first (a replicated
-        queue applied a PUT that its sender delivered at its own singleton
-        commit and nobody else had: nemesis, queue workload, seed 11).
-        Returns whether a transitional view was announced."""
-        if left_out:
-            own = [] if self.ordering is None else [_message(m) for m in self.ordering.take_stream(self.me)]
-            own = sorted(own + self.sync.take_own_held(), key=lambda m: m.seq)
-            if self.ordering is not None:
-                self.sync.discarded += len(self.ordering.waiting_ids())
-            if own:
-                self.events.append(Transitional(self.view, (self.me,)))
-                self._release(own)
-                return True
-        elif self.ordering is not None:
-            delivered, discarded = self.ordering.drain()
-            announce = bool(delivered) and self.order is Order.SAFE
-            if announce:
-                self.events.append(Transitional(self.view, moving))
-            self._release([_message(m) for m in delivered])
-            self.sync.discarded += len(discarded)
-            return announce
-        return False
-
-    def suspect(self, member: int) -> bool:
-        """The detector suspects ``member``; returns whether it is in our view."""
-        if member not in self.view:
-            return False
-        self.agreement.suspected.add(member)
-        return True
-
-    def member_alive(self, member: int) -> bool:
-        """The detector cleared ``member`` (heard it, or a neighbour did): a
-        verdict against it no longer stands. Returns whether it is in our view."""
-        self.agreement.suspected.discard(member)
-        if member not in self.view:
-            return False
-        self.agreement.member_alive(member)
-        return True
-
-    def reread_suspicions(self, suspects: Iterable[int]) -> None:
-        """After an install: the members of the new view the detector is confirming."""
-        self.agreement.suspected = {m for m in suspects if m in self.view}
-
-    def member_failed(self, member: int, now: float) -> list:
-        return self.on_agreement(self.agreement.member_failed(member, now), now)
-
-    def member_restarted(self, member: int, now: float) -> list:
-        self._forget_unicasts(member)  # the new incarnation holds nothing of either stream
-        return self.on_agreement(self.agreement.member_restarted(member, now), now)
-
-    def member_leaving(self, member: int, now: float) -> list:
-        return self.on_agreement(self.agreement.member_leaving(member, now), now)
 
     # ------------------------------------------------------------------ sending
 
     def send(self, payload: bytes, now: float) -> tuple[int, list[Out], View | None]:
         """Number and buffer one multicast; returns its seq, the transport's
         outputs and the optimistic view it is sent under (None: our view)."""
-        optimistic = self.agreement.optimistic_view() if self.sync.changing else None
+        optimistic = self.changes.optimistic_view()
         clock = 0
         if self.ordering is not None and self.order is not Order.CAUSAL:
             clock = self._clock = self.clock() + 1
@@ -688,7 +398,7 @@ class GroupStack:
         records = outputs[0].records if outputs and isinstance(outputs[0], OutRecords) else ()
         self.own_last = records[-1].seq if records else seq
         acks = records[0].acks if records else ()
-        proposal = self.agreement.optimistic_view() if self.sync.changing else None
+        proposal = self.changes.optimistic_view()
         tag = proposal.epoch % 64 if proposal is not None else 0
         clock = records[0].clock if records else 0
         message = tuple.__new__(Message, (self.me, seq, acks, payload, self.own_last, proposal is not None, tag, clock))
@@ -842,7 +552,7 @@ class GroupStack:
         counts = dict(self.stream.drops())
         for reason, n in self.unicast.drops.items():
             counts[f"unicast_{reason}"] = n
-        extra = {"members_full": self.agreement.refused_joiners, "rejected_forgotten": self.rejected.forgotten,
+        extra = {"members_full": self.agreement.refused_joiners, "rejected_forgotten": self.changes.rejected.forgotten,
                  "promises_dropped": 0 if self.ordering is None else self.ordering.promises_dropped}
         counts.update((reason, n) for reason, n in extra.items() if n)
         return counts
@@ -852,26 +562,11 @@ class GroupStack:
         if self._request_at is not None and now >= self._request_at:
             outputs += self._request_promise(now)
         self._advance_floor()
-        outputs += self.on_agreement(self.agreement.on_timeout(now), now)
-        return outputs + self._answer_deferred(now) + self.progress(now)
-
-    def _answer_deferred(self, now: float) -> list:
-        """A proposal that waited while we were bound to another (an abort or
-        the take-over timer released us): answer it now."""
-        deferred = self.agreement.take_deferred()
-        if deferred is None:
-            return []
-        src, proposal, incarnation = deferred
-        return self.on_control(src, proposal, now, incarnation)
+        return outputs + self.changes.on_timeout(now)
 
     def next_deadline(self) -> float | None:
         earliest = self.stream.next_deadline()
-        for deadline in (self.flush_at, self.next_beacon, self.unicast.next_deadline(), self._request_at,
-                         self.agreement.next_deadline()):
-            if deadline is not None and (earliest is None or deadline < earliest):
-                earliest = deadline
-        if self.sync.completing:
-            deadline = self.sync.deadline
+        for deadline in (self.flush_at, self.unicast.next_deadline(), self._request_at, self.changes.next_deadline()):
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
         return earliest

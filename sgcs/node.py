@@ -240,9 +240,9 @@ class Node:
         self._install(out, state, View(-1, ()), state.view)
         self._watch(now)
         jitter = self.params.beacon_interval * (0.5 + self.rng.random())
-        state.next_beacon = now if members is None else now + jitter  # a newcomer looks for the group at once
+        state.changes.next_beacon = now if members is None else now + jitter  # a newcomer looks for the group at once
         if members is None:
-            state.joining = True  # until a member with our order answers
+            state.changes.joining = True  # until a member with our order answers
             self._multicast_hello(out, state, reply_wanted=True)
         return out
 
@@ -348,7 +348,7 @@ class Node:
         out: list[Action] = []
         for state in list(self._groups.values()):
             if member in state.view:
-                self._route(out, state, state.member_restarted(member, now))
+                self._route(out, state, state.changes.member_restarted(member, now))
                 self._drain(out, state, now)
         return out
 
@@ -366,7 +366,7 @@ class Node:
         for state in list(self._groups.values()):
             if state.flush_at is not None and state.flush_at <= now:
                 self._flush(out, state, now)
-            if state.beacon_due(now, self.params.beacon_interval):
+            if state.changes.beacon_due(now, self.params.beacon_interval):
                 self._beacon(out, state, None)
             self._route(out, state, state.on_timeout(now))
             self._drain(out, state, now)
@@ -404,7 +404,7 @@ class Node:
         """A view change of ``group`` that we answered (or proposed) is under
         way here: its commit may be on its way and list us."""
         state = self._groups.get(group)
-        return state is not None and state.agreement.changing
+        return state is not None and state.changes.answered
 
     def waiting_messages(self, group: str) -> dict[str, list[tuple[int, int]]]:
         """(sender, seq) of messages received and not yet delivered, by reason:
@@ -422,7 +422,7 @@ class Node:
 
     def changing_view(self, group: str) -> bool:
         """A view change of ``group`` is under way here: sends are optimistic."""
-        return self._group(group).sync.changing
+        return self._group(group).changes.optimistic
 
     def order_of(self, group: str) -> Order:
         return self._group(group).order
@@ -467,8 +467,8 @@ class Node:
         out: list[Action] = []
         kind = _RECORD_KINDS[header.msg_type]
         state.on_records(header.sender, records, kind, now)
-        if state.completing():
-            self._route(out, state, state.progress(now))
+        if state.changes.completing():
+            self._route(out, state, state.changes.progress(now))
         if state.events:
             self._drain(out, state, now)
         return out
@@ -559,15 +559,15 @@ class Node:
             return out
         if msg.order is not state.order:
             return self._order_mismatch(state, header.sender, msg, src, now)
-        state.joining = False  # a member with our order answered: we are in
+        state.changes.joining = False  # a member with our order answered: we are in
         if msg.reply_wanted and header.sender not in state.view:
-            if header.sender < self.id and state.coordinating():
+            if header.sender < self.id and state.changes.coordinating():
                 # the lower coordinator merges, and this joiner missed our
                 # beacon (it went out before the joiner listened; the next is
                 # a beacon interval away): tell it of our component now
                 self._beacon(out, state, src)
             else:  # a joiner announces itself: merge it without waiting for its beacon
-                self._route(out, state, state.merge_joiner(header.sender, now))
+                self._route(out, state, state.changes.merge_joiner(header.sender, now))
                 self._drain(out, state, now)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False, self._hello_name))
@@ -579,7 +579,7 @@ class Node:
         state = self._member_group(msg.group_tag)
         out: list[Action] = []
         if state is not None:
-            self._route(out, state, state.member_leaving(header.sender, now))
+            self._route(out, state, state.changes.member_leaving(header.sender, now))
             self._drain(out, state, now)
         return out
 
@@ -620,12 +620,12 @@ class Node:
         state = self._member_group(head.group_tag)
         if state is None:
             return []
-        if header.msg_type is MsgType.BEACON and state.confirmed_beacon == (header.sender, head.a, head.epoch) \
+        if header.msg_type is MsgType.BEACON and state.changes.confirmed_beacon == (header.sender, head.a, head.epoch) \
                 and head.epoch == state.view.epoch:
             return []  # our coordinator's beacon, whose member list we found to be our view
         msg = self._view_message_of(header, body)
         out: list[Action] = []
-        self._route(out, state, state.on_control(header.sender, msg, now, header.boot >> 32))
+        self._route(out, state, state.changes.on_control(header.sender, msg, now, header.boot >> 32))
         self._drain(out, state, now)
         return out
 
@@ -633,11 +633,11 @@ class Node:
         """A joiner with another order is never admitted, and our answer tells it
         so; a joiner that hears such an answer from a member is refused."""
         out = self._drop("order_mismatch")
-        state.reject(member)
+        state.changes.reject(member)
         if msg.reply_wanted:
             reply = encode_hello(HelloMsg(state.tag, state.order, False, self._hello_name))
             self._emit(out, Send(src, self._sealer.seal(MsgType.HELLO, Flag.NONE, reply), MsgType.HELLO))
-        elif state.joining:
+        elif state.changes.joining:
             del self._groups[state.name]
             del self._by_tag[state.tag]
             out.append(GroupError(state.name, f"group {state.name!r} delivers in {msg.order.value} order, "
@@ -696,11 +696,11 @@ class Node:
             self.detector.set_members({m for members in views for m in members}, now)
         detector = self.detector
         if detector.failed:
-            held = {m for state in self._groups.values() for m in state.failed_members()}
+            held = {m for state in self._groups.values() for m in state.changes.failed_members()}
             for member in [m for m in detector.failed if m not in held]:
                 detector.readmit(member, now)
         for state in self._groups.values():
-            state.reread_suspicions(detector.suspects)
+            state.changes.reread_suspicions(detector.suspects)
 
     def _on_detector(self, out: list[Action], outputs: list, now: float) -> None:
         for output in outputs:
@@ -719,13 +719,13 @@ class Node:
             self._trace(out, "unsuspect" if busy else kind.value, target=member, reason="busy" if busy else None)
         for state in list(self._groups.values()):
             if kind is Verdict.SUSPECT:
-                if state.suspect(member):
+                if state.changes.suspect(member):
                     out.append(MemberSuspected(state.name, member))
             elif kind is Verdict.FAILED:
                 if member in state.view:
-                    self._route(out, state, state.member_failed(member, now))
+                    self._route(out, state, state.changes.member_failed(member, now))
                     self._drain(out, state, now)
-            elif state.member_alive(member) and busy:
+            elif state.changes.member_alive(member) and busy:
                 out.append(MemberBusy(state.name, member))
         if kind is Verdict.FAILED and not event.told and self.params.ring_heartbeats:
             self._tell_verdict(out, member)
@@ -744,7 +744,7 @@ class Node:
     def _on_stall(self, out: list[Action], state: GroupStack, now: float) -> None:
         """Our verdict stands and no change came: if our coordinator has been
         silent for two beacon intervals (it beacons every one), take charge."""
-        coordinator = state.coordinator()
+        coordinator = state.changes.coordinator()
         if coordinator == self.id:
             return
         try:
@@ -752,7 +752,7 @@ class Node:
         except KeyError:
             silent = True
         if silent:
-            self._route(out, state, state.take_charge(now))
+            self._route(out, state, state.changes.take_charge(now))
             self._drain(out, state, now)
 
     def _tell_verdict(self, out: list[Action], member: int) -> None:
@@ -762,7 +762,7 @@ class Node:
         told: set[int] = set()
         for state in self._groups.values():
             if member in state.view:
-                told.update(state.lowest_live(VERDICT_HEARERS, besides=(self.id, member)))
+                told.update(state.changes.lowest_live(VERDICT_HEARERS, besides=(self.id, member)))
         if not told:
             return
         body = encode(Obituary(member))
@@ -868,7 +868,7 @@ class Node:
 
     def _beacon(self, out: list[Action], state: GroupStack, to: Address | None) -> None:
         """Our component's beacon: multicast, or to one joiner's address."""
-        beacon = state.beacon(self.incarnation)
+        beacon = state.changes.beacon(self.incarnation)
         if to is None:
             self._route(out, state, [beacon])
         else:

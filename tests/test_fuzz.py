@@ -101,7 +101,7 @@ def test_a_beacon_at_the_largest_epoch_cannot_make_an_undecodable_proposal() -> 
     """Found by the fuzz: a beacon at epoch 2**63 - 1 (the wire's largest) made
     the coordinator propose epoch 2**63, which its own decoder refused, and
     handle_timeout raised DecodeError. Epochs from 2**62 on are ignored."""
-    from sgcs.group import MAX_EPOCH
+    from sgcs.membership.messages import MAX_EPOCH
 
     for epoch in (MAX_EPOCH, 2**63 - 1):
         h = make_harness(Reader(bytes([0x10])))

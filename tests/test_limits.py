@@ -11,7 +11,7 @@ import pytest
 
 from sgcs.config import Config, Order
 from sgcs.errors import UsageError
-from sgcs.group import MAX_REJECTED, BoundedSet
+from sgcs.membership.change import MAX_REJECTED, BoundedSet
 from sgcs.membership.agreement import ViewAgreement
 from sgcs.node import MAX_GROUPS, Node
 from sgcs.ordering.total import PROMISES_MAX, OrderedMessage, OrderingLayer

@@ -1102,10 +1102,10 @@ def test_a_member_left_out_by_a_commit_it_missed_learns_it_from_a_non_coordinato
 
     code = ORDER_CODES.index(Order.parse(order))
     state = member_five()
-    state.on_control(1, Beacon(state.tag, state.view.epoch, 0, code, (1, 4, 5, 6)), 0.1)
-    state.on_control(1, Beacon(state.tag, state.view.epoch - 1, 0, code, (1, 4, 6)), 0.1)
+    state.changes.on_control(1, Beacon(state.tag, state.view.epoch, 0, code, (1, 4, 5, 6)), 0.1)
+    state.changes.on_control(1, Beacon(state.tag, state.view.epoch - 1, 0, code, (1, 4, 6)), 0.1)
     assert state.view.members == (4, 5, 6), "a beacon listing us, or from before our view, is no news"
-    state.on_control(1, Beacon(state.tag, state.view.epoch + 1, 0, code, (1, 4, 6)), 0.2)
+    state.changes.on_control(1, Beacon(state.tag, state.view.epoch + 1, 0, code, (1, 4, 6)), 0.2)
     assert state.view.members == (5,), "left out: alone, to merge back by beacons"
 
 
@@ -1134,9 +1134,9 @@ def test_a_beacon_of_our_own_view_is_confirmed_by_identity() -> None:
     unsorted = Beacon(state.tag, state.view.epoch, 7, code, (6, 4, 5))
     assert _interned_beacon(unsorted) is unsorted
     for beacon in (interned, listed, unsorted):
-        state.confirmed_beacon = None
-        assert state.on_control(4, beacon, 0.1) == []
-        assert state.confirmed_beacon == (4, 7, state.view.epoch)
+        state.changes.confirmed_beacon = None
+        assert state.changes.on_control(4, beacon, 0.1) == []
+        assert state.changes.confirmed_beacon == (4, 7, state.view.epoch)
         assert state.view.members == (4, 5, 6)
 
 
