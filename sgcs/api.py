@@ -517,13 +517,25 @@ class _AsyncioGroupHandle(GroupHandle):
     State is read directly (one thread); commands run as trio tasks; events
     arrive through an ``EventBridge`` fed by a trio task of the group."""
 
-    def __init__(self, run: GuestRun, group: GroupHandle, bridge: EventBridge[Event],
+    def __init__(self, run: GuestRun, group: GroupHandle, bridge: EventBridge[Event] | None,
                  leave: Callable[[], Awaitable[None]]) -> None:
+        """``bridge`` None: a stateful group, whose events are pulled one at a
+        time by a trio call (``get_state`` runs inside ``receive``)."""
         super().__init__(group._driver, group.name, group._receive)
         self._run = run
         self._group = group
         self._bridge = bridge
         self._leave_trio = leave
+
+    @property
+    def has_state(self) -> bool:
+        """Whether this member holds the group's state (joined with ``state=``)."""
+        return isinstance(self._group, _StatefulGroupHandle) and self._group.has_state
+
+    @property
+    def transfers(self) -> int:
+        """Snapshots this member received (joined with ``state=``)."""
+        return self._group.transfers if isinstance(self._group, _StatefulGroupHandle) else 0
 
     async def send(self, payload: bytes, *, to: int | None = None, block: bool = True) -> MessageId:
         if self._left:
@@ -538,6 +550,8 @@ class _AsyncioGroupHandle(GroupHandle):
     async def receive(self) -> Event:
         if self._left:
             raise GroupClosed(f"group {self._name!r} was left")
+        if self._bridge is None:  # stateful: the trio handle hands events over one at a time
+            return await self._run.call(self._group.receive)
         self._unyielded += 1
         if self._unyielded >= RECEIVE_YIELD_EVERY:  # let other asyncio tasks run, as trio's receive does
             self._unyielded = 0
@@ -550,6 +564,8 @@ class _AsyncioGroupHandle(GroupHandle):
             raise UsageError(f"max_events must be at least 1, got {max_events}")
         if self._left:
             raise GroupClosed(f"group {self._name!r} was left")
+        if self._bridge is None:
+            return [await self.receive()]
         return await self._bridge.get_many(RECEIVE_MANY_MAX if max_events is None else max_events)
 
     async def leave(self) -> None:
@@ -575,14 +591,19 @@ class _AsyncioNodeHandle(NodeHandle):
     ) -> AsyncIterator[GroupHandle]:
         from .io.asyncio_host import EventBridge
 
+        handle: _AsyncioGroupHandle
         if state is not None:
-            raise UsageError("state transfer is in the trio API only for now: join under trio to pass state")
-
-        bridge: EventBridge[Event] = EventBridge(self._run, self.config.app_queue)
-        joined, leave = await self._run.hold(
-            self._node.join(group, order=order, members=members), lambda trio_group: bridge.feed(trio_group.receive_many)
-        )
-        handle = _AsyncioGroupHandle(self._run, joined, bridge, leave)
+            # No bridge: an event taken ahead of the application would be left
+            # out of the ``get_state`` that a later event may call for.
+            joined, leave = await self._run.hold(self._node.join(group, order=order, members=members, state=state))
+            handle = _AsyncioGroupHandle(self._run, joined, None, leave)
+        else:
+            bridge: EventBridge[Event] = EventBridge(self._run, self.config.app_queue)
+            joined, leave = await self._run.hold(
+                self._node.join(group, order=order, members=members),
+                lambda trio_group: bridge.feed(trio_group.receive_many)
+            )
+            handle = _AsyncioGroupHandle(self._run, joined, bridge, leave)
         try:
             yield handle
         finally:

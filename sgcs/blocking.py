@@ -46,6 +46,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import math
 import os
 import threading
 import time
@@ -64,6 +65,7 @@ from .io.signals import exit_on_sigterm
 from .config import Config, Order
 from .errors import UsageError
 from .io.trio_driver import DriverStatistics
+from .state_transfer import GroupState
 from .node import NodeStatistics
 
 __all__ = ["BlockingGroup", "BlockingNode", "GroupClosed", "open_node"]
@@ -204,19 +206,28 @@ class BlockingNode:
                 await self._stop.wait()
                 nursery.cancel_scope.cancel()  # each group task leaves its group on the way out
 
-    async def _start_group(self, name: str, order: Order | str, members: Members) -> BlockingGroup:
+    async def _start_group(self, name: str, order: Order | str, members: Members,
+                           state: GroupState | None) -> BlockingGroup:
         if self._closing:  # checked in this thread: the nursery may be closed already
             raise UsageError(_CLOSED)
-        return cast(BlockingGroup, await self._nursery.start(self._run_group, name, order, members))
+        return cast(BlockingGroup, await self._nursery.start(self._run_group, name, order, members, state))
 
-    async def _run_group(self, name: str, order: Order | str, members: Members, task_status: Any) -> None:
+    async def _run_group(self, name: str, order: Order | str, members: Members, state: GroupState | None,
+                         task_status: Any) -> None:
         # The bridge is ended by whoever ends the group: leave(), close() or,
         # for a failure, _serve, which alone knows the exception.
         bridge = _Bridge(self._config.app_queue, self._token)
-        async with self._handle.join(name, order=order, members=members) as handle:
+        async with self._handle.join(name, order=order, members=members, state=state) as handle:
             with self._lock:
                 self._bridges.add(bridge)
-            task_status.started(BlockingGroup(self, handle, bridge))
+            group = BlockingGroup(self, handle, bridge, pulled=state is not None)
+            task_status.started(group)
+            if state is not None:
+                # No reader: an event taken ahead of the application would be
+                # left out of the ``get_state`` that a later event may call for.
+                # ``receive`` pulls each event from the caller's thread.
+                await group._left.wait()
+                return
             try:
                 while True:  # ends when leave() closes the handle's channel
                     try:
@@ -296,14 +307,19 @@ class BlockingNode:
         return self._read(lambda: self._handle.name_of(member))
 
     def join(
-        self, name: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None
+        self, name: str, *, order: Order | str = Order.FIFO, members: Iterable[int] | None = None,
+        state: GroupState | None = None
     ) -> BlockingGroup:
         """Join group ``name`` until ``leave()`` (or the end of a ``with`` block).
 
-        ``order`` and ``members`` as in ``sgcs.NodeHandle.join``; the first
-        event is always the initial view."""
+        ``order``, ``members`` and ``state`` as in ``sgcs.NodeHandle.join``;
+        the first event is always the initial view. With ``state``,
+        ``get_state`` is called in the node's thread while the thread that
+        called ``receive`` waits in it, so it sees exactly the events
+        ``receive`` returned before (the application's other threads must not
+        change the state meanwhile)."""
         member_ids = None if members is None else tuple(members)
-        return self._call(self._start_group, name, order, member_ids)
+        return self._call(self._start_group, name, order, member_ids, state)
 
     def close(self) -> None:
         """Leave every group, close the sockets and stop the trio thread.
@@ -346,9 +362,24 @@ class BlockingGroup:
     ``receive()`` or ``for event in group`` give the group's events; the
     stream ends (``GroupClosed``) when the group is left or the node closes."""
 
-    def __init__(self, node: BlockingNode, group: GroupHandle, bridge: _Bridge) -> None:
+    def __init__(self, node: BlockingNode, group: GroupHandle, bridge: _Bridge, *, pulled: bool = False) -> None:
+        """``pulled``: a stateful group, whose events ``receive`` takes one at
+        a time in the node's thread (no reader task, no bridge)."""
         self._node, self._group, self._bridge = node, group, bridge
         self._name, self._node_id = group.name, group.node_id
+        self._pulled = pulled
+        self._left = trio.Event()
+        """Set in the node's thread once a pulled group is left: its task ends."""
+
+    @property
+    def has_state(self) -> bool:
+        """Whether this member holds the group's state (joined with ``state=``)."""
+        return self._pulled and self._node._read(lambda: bool(getattr(self._group, "has_state", False)))
+
+    @property
+    def transfers(self) -> int:
+        """Snapshots this member received (joined with ``state=``)."""
+        return self._node._read(lambda: int(getattr(self._group, "transfers", 0))) if self._pulled else 0
 
     @property
     def name(self) -> str:
@@ -382,6 +413,8 @@ class BlockingGroup:
         ``timeout`` for the first, then takes those already buffered."""
         if max_events < 1:
             raise UsageError(f"max_events must be at least 1, got {max_events}")
+        if self._pulled:
+            return [self.receive(timeout)]
         return self._bridge.get_many(max_events, timeout)
 
     def receive(self, timeout: float | None = None) -> Event:
@@ -389,13 +422,30 @@ class BlockingGroup:
 
         Raises ``TimeoutError`` when none came in time, ``GroupClosed`` once
         the group is left or the node closed."""
+        if self._pulled:
+            return self._pull(timeout)
         return self._bridge.get(timeout)
+
+    def _pull(self, timeout: float | None) -> Event:
+        if self._left.is_set() or self._node.closed:
+            raise GroupClosed(f"group {self._name!r} was left or its node closed")
+        try:
+            return self._node._call(self._receive_within, timeout)
+        except UsageError:
+            if self._node.closed:
+                raise GroupClosed(f"group {self._name!r} was left or its node closed") from None
+            raise
+
+    async def _receive_within(self, timeout: float | None) -> Event:
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            return await self._group.receive()
+        raise TimeoutError(f"no event of group {self._name!r} within {timeout} s")
 
     def __iter__(self) -> Iterator[Event]:
         """The events until the group is left or the node closes."""
         with contextlib.suppress(GroupClosed):
             while True:
-                yield self._bridge.get(None)
+                yield self.receive(None)
 
     def leave(self) -> None:
         """Leave the group gracefully; the event stream ends. Idempotent."""
@@ -404,7 +454,11 @@ class BlockingGroup:
             self._node._bridges.discard(self._bridge)
         if not self._node.closed:
             with contextlib.suppress(UsageError):  # closed meanwhile: the node left it
-                self._node._call(self._group.leave)
+                self._node._call(self._leave)
+
+    async def _leave(self) -> None:
+        await self._group.leave()
+        self._left.set()
 
     def __enter__(self) -> BlockingGroup:
         return self
