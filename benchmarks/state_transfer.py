@@ -2,10 +2,15 @@
 measured: four members hold a state of ``--megabytes`` and each multicasts
 ``--rate`` messages per second in total order; a fifth joins. Reports the
 time from its join until it holds state, the longest wait of one ``send`` of
-the four writers meanwhile (their stall), the rate they achieved, the
-process's peak RSS (all five members run in this process, over loopback
-multicast), and whether the joiner ends with the state of a member that
-stayed (the state is the blob plus a hash chain of every delivery).
+the four writers meanwhile (their stall), the rate they achieved, peak
+memory, and whether the joiner ends with the state of a member that stayed
+(the state is the blob plus a hash chain of every delivery).
+
+The four writers run in this process, the joiner in a process of its own
+(over loopback multicast), so memory is told apart: the joiner's peak RSS is
+its own; the provider's is the rise of this process's peak RSS from before
+the join to after the transfer (the other three writers allocate nothing
+more meanwhile).
 
     python benchmarks/state_transfer.py --megabytes 100 --rate 1000
 """
@@ -15,11 +20,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import resource
+import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+
+import trio
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = b"state transfer bench secret"
@@ -43,15 +54,13 @@ class Chained:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, object]:
-    import trio
-
     import sgcs
 
     rng = random.SystemRandom()
-    net = {"multicast_group": f"239.255.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}",
+    net: dict[str, Any] = {"multicast_group": f"239.255.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}",
            "multicast_port": 40_000 + rng.randrange(20_000), "beacon_interval": 0.2}
     blob = random.Random(1).randbytes(args.megabytes * 1_000_000)
-    states = [Chained(blob) for _ in range(4)] + [Chained(b"")]
+    states = [Chained(blob) for _ in range(4)]
     groups: list[sgcs.GroupHandle] = []
     stalls: list[float] = []
     sent = 0
@@ -85,37 +94,122 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
         for group in list(groups):
             nursery.start_soon(writer, group)
         await trio.sleep(2.0)
-        before, sent_before, joined = len(stalls), sent, time.monotonic()
-        await nursery.start(member, 4)
-        joiner = groups[4]
-        with trio.fail_after(600):
-            while not joiner.has_state:  # type: ignore[attr-defined]
-                await trio.sleep(0.01)
-        transfer = time.monotonic() - joined
-        during, rate = stalls[before:], (sent - sent_before) / transfer
-        await trio.sleep(1.0)
-        writing = False
-        with trio.fail_after(60):
-            while len({s.count for s in states}) != 1:
-                await trio.sleep(0.05)
-        equal = states[4].get_state() == states[0].get_state()
+        rss_before = _peak_rss_mb()
+        command = [sys.executable, __file__, "--joiner", "--multicast-group", net["multicast_group"],
+                   "--multicast-port", str(net["multicast_port"])]
+        joiner = await trio.lowlevel.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert joiner.stdout is not None and joiner.stdin is not None
+            lines = _lines(joiner.stdout)
+            with trio.fail_after(60):
+                assert (await lines.__anext__())["joining"]
+            before, sent_before, joined = len(stalls), sent, time.monotonic()
+            with trio.fail_after(600):
+                assert (await lines.__anext__())["has_state"]
+            transfer = time.monotonic() - joined
+            during, rate = stalls[before:], (sent - sent_before) / transfer
+            await trio.sleep(1.0)
+            writing = False
+            rss_after = _peak_rss_mb()
+            with trio.fail_after(60):
+                while len({s.count for s in states}) != 1:
+                    await trio.sleep(0.05)
+                while True:  # the joiner's count and state, once it caught up with the writers
+                    await joiner.stdin.send_all(b"report\n")
+                    report = await lines.__anext__()
+                    if report["count"] == states[0].count:
+                        break
+                    await trio.sleep(0.1)
+            await joiner.stdin.send_all(b"stop\n")
+        finally:
+            with trio.move_on_after(10):
+                await joiner.wait()
+            joiner.kill()
+        equal = report["digest"] == _digest(states[0])
         nursery.cancel_scope.cancel()
     return {"megabytes": args.megabytes, "rate_asked_per_member": args.rate,
             "rate_during_transfer_total": round(rate), "transfer_s": round(transfer, 2),
             "longest_send_during_s": round(max(during, default=0.0), 3), "sends_during": len(during),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "writers_peak_rss_before_mb": rss_before, "provider_added_peak_rss_mb": rss_after - rss_before,
+            "joiner_peak_rss_mb": report["peak_rss_mb"],
             "joiner_equal": equal, "deliveries_per_member": states[0].count}
+
+
+def _peak_rss_mb() -> int:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def _digest(state: Chained) -> str:
+    return hashlib.blake2b(state.get_state(), digest_size=16).hexdigest()
+
+
+async def _lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[dict[str, Any]]:
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            chunk = await stream.receive_some()
+            if not chunk:
+                raise RuntimeError("the joiner process ended early")
+            buffer += chunk
+        line, buffer = buffer.split(b"\n", 1)
+        yield json.loads(line)
+
+
+async def joiner(args: argparse.Namespace) -> None:
+    """The fifth member, in a process of its own: says when it joins and when
+    it holds state, then reports its deliveries and state digest on request."""
+    import sgcs
+
+    state = Chained(b"")
+    config = sgcs.Config(name="s4", secret=SECRET, multicast_group=args.multicast_group,
+                         multicast_port=args.multicast_port, beacon_interval=0.2)
+    say = lambda **fields: print(json.dumps(fields), flush=True)  # noqa: E731
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    async with sgcs.open_node(config) as node, trio.open_nursery() as nursery:
+        say(joining=True)
+        async with node.join("bench", order="total", state=state) as group:
+
+            async def consume() -> None:
+                async for event in group:
+                    if isinstance(event, sgcs.Delivery):
+                        state.apply(event.payload)
+
+            nursery.start_soon(consume)
+            while not group.has_state:  # type: ignore[attr-defined]
+                await trio.sleep(0.01)
+            say(has_state=True)
+            async for request in _requests(stdin):
+                if request == "stop":
+                    break
+                say(count=state.count, digest=_digest(state), peak_rss_mb=_peak_rss_mb())
+            nursery.cancel_scope.cancel()
+
+
+async def _requests(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:
+    buffer = b""
+    while True:
+        chunk = await stream.receive_some()
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line.decode().strip()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--megabytes", type=int, default=100)
     parser.add_argument("--rate", type=float, default=1000.0, help="multicasts per second per member")
+    parser.add_argument("--joiner", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--multicast-group", help=argparse.SUPPRESS)
+    parser.add_argument("--multicast-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.joiner:
+        trio.run(joiner, args)
+        return 0
     if args.megabytes < 0 or args.rate <= 0:
         parser.error("--megabytes must be at least 0 and --rate positive")
-    import trio
-
     result = trio.run(measure, args)
     print(json.dumps(result))
     return 0 if result["joiner_equal"] else 1
