@@ -24,7 +24,15 @@ Sections (``--only`` picks some; default all):
   its ``stop`` scenario with no pause, so only the start-up is waited for);
 * ``scaling``: sgcs msg/s per member at 4, 8 and 16 members, FIFO and total, each
   member sending 80,000 / N messages (every member receives 80,000); JGroups
-  ``udp.xml`` / ``sequencer.xml`` at the same sizes unless ``--no-scaling-jgroups``.
+  ``udp.xml`` / ``sequencer.xml`` at the same sizes unless ``--no-scaling-jgroups``;
+* ``quorum``: a replicated queue of 3 replicas, 10,000 puts of 100 B in batches of
+  50 (each batch acknowledged before the next), kill -9 of a replica that is not
+  the producer's while the puts go on (sgcs: within 1.5 s of the start; RabbitMQ:
+  half-way): sgcs's ``benchmarks/queues_replicated.py`` (3 processes
+  on loopback, safe order, replicas in memory) against a RabbitMQ 3.10 quorum
+  queue (3 nodes, Raft, publisher confirms, the killed node a follower;
+  ``/work/shared/bench/rabbitmq/run.sh quorum``, needs root). Rows: put msg/s,
+  acknowledged messages lost, messages received twice.
 
 Method: in every round each comparison runs sgcs and its anchor one after the
 other, and the one that goes first flips from round to round (A B, B A, A B ...),
@@ -74,7 +82,7 @@ JGROUPS_DIR = SHARED_BENCH / "jgroups"
 PEERS_DIR = SHARED_BENCH / "peers"
 SGCS = ROOT / ".venv" / "bin" / "sgcs"
 ALLOW_PURE = False  # --allow-pure
-SECTIONS = ("fifo", "total", "safe", "raft", "latency", "startup", "scaling")
+SECTIONS = ("fifo", "total", "safe", "raft", "latency", "startup", "scaling", "quorum")
 SCALING_SIZES = (4, 8, 16)
 
 Figures = dict[str, Any]
@@ -93,10 +101,12 @@ class Plan:
     raft_paced_ops: int = 1_000  # at 100 ops/s per member: 10 s
     latency_messages: int = 2_500  # at 250 msg/s per member: 10 s
     scaling_received: int = 80_000  # every member receives this many at every size
+    quorum_messages: int = 10_000  # replicated queue puts, one replica killed half-way
 
 
 FULL = Plan()
-QUICK = Plan(messages=2_000, raft_ops=2_000, raft_paced_ops=200, latency_messages=500, scaling_received=8_000)
+QUICK = Plan(messages=2_000, raft_ops=2_000, raft_paced_ops=200, latency_messages=500, scaling_received=8_000,
+             quorum_messages=2_000)
 
 
 # ----------------------------------------------------------------- jobs and runs
@@ -231,6 +241,27 @@ def membership_start(system: str, preset: str = "default") -> Job:
         command += ["--preset", preset]
     label = f"{system}{' ' + preset if system == 'kinship' else ''} start 8"
     return Job(label, system if system == "sgcs" else f"kinship {preset}", tuple(command), 200.0, parse_json)
+
+
+def replicated_queue(messages: int) -> Job:
+    command = [sys.executable, str(ROOT / "benchmarks" / "queues_replicated.py"), "--messages", str(messages),
+               "--batch", "50", "--size", "100"]
+    return Job(f"sgcs replicated queue {messages}x100", "sgcs", tuple(command), 600.0, parse_json)
+
+
+def rabbit_quorum(messages: int) -> Job:
+    command = ["env", "BATCH=50", "bash", str(SHARED_BENCH / "rabbitmq" / "run.sh"), "quorum", str(messages), "100"]
+    return Job(f"rabbitmq quorum {messages}x100", "RabbitMQ quorum", tuple(command), 900.0, parse_rabbit_quorum)
+
+
+def parse_rabbit_quorum(stdout: str) -> Figures:
+    """``run.sh quorum``'s JSON line, its kill phase named as sgcs's replicated-queue report names it."""
+    kill = parse_json(stdout).get("kill_one_follower")
+    if not isinstance(kill, dict):
+        raise ValueError("no kill_one_follower section in RabbitMQ's report")
+    return {"put_msg_per_s": kill.get("put_batched_msgs_per_s"), "acknowledged_lost": kill.get("lost"),
+            "duplicates": kill.get("duplicated"), "acknowledged": kill.get("confirmed"),
+            "received": kill.get("received")}
 
 
 def pyre_available() -> str | None:
@@ -376,6 +407,8 @@ def bouts_for(section: str, plan: Plan, args: argparse.Namespace, only: set[str]
     if section == "startup":
         return [Bout([membership_start("sgcs")],
                      [membership_start("kinship", "default"), membership_start("kinship", "local")])]
+    if section == "quorum":
+        return [Bout([replicated_queue(plan.quorum_messages)], [rabbit_quorum(plan.quorum_messages)])]
     if section == "scaling":
         out = []
         for n in SCALING_SIZES:
@@ -457,6 +490,17 @@ def rows_for(section: str, plan: Plan, args: argparse.Namespace, only: set[str],
                             figures(runs, sg, "converge_after_import_s"), f"kinship {preset}",
                             figures(runs, kin, "converge_after_import_s"), " s", 2))
         return rows
+    if section == "quorum":
+        puts = plan.quorum_messages
+        sg, rq = f"sgcs replicated queue {puts}x100", f"rabbitmq quorum {puts}x100"
+        load = f"3 replicas, {puts:,} puts × 100 B in batches of 50, kill -9 of a replica meanwhile"
+        return [Row(f"{load}: put msg/s", figures(runs, sg, "put_msg_per_s"), "RabbitMQ quorum queue",
+                    figures(runs, rq, "put_msg_per_s"),
+                    note="sgcs's replicas hold the queue in memory; RabbitMQ's Raft log is on disk"),
+                Row("  same: acknowledged messages lost", figures(runs, sg, "acknowledged_lost"),
+                    "RabbitMQ quorum queue", figures(runs, rq, "acknowledged_lost")),
+                Row("  same: messages received twice", figures(runs, sg, "duplicates"),
+                    "RabbitMQ quorum queue", figures(runs, rq, "duplicates"))]
     if section == "scaling":
         rows = []
         for order, stack in (("fifo", "udp.xml"), ("total", "sequencer.xml")):

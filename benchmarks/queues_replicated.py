@@ -60,7 +60,8 @@ async def replica(args: argparse.Namespace) -> None:
             rng = random.Random(args.index)
             for start in range(0, args.messages, args.batch):
                 ids = range(start, min(start + args.batch, args.messages))
-                await queue.put_many([(BODY.pack(i) + bytes(64), rng.randrange(10)) for i in ids])
+                pad = bytes(max(0, args.size - BODY.size))
+                await queue.put_many([(BODY.pack(i) + pad, rng.randrange(10)) for i in ids])
                 out.write("".join(f"{i}\n" for i in ids))  # acknowledged: every replica holds them
                 out.flush()
             print("done", flush=True)
@@ -129,7 +130,7 @@ def harness(args: argparse.Namespace) -> int:
     procs, commands = [], []
     for index in range(3):
         commands.append(cmd := [sys.executable, "-P", __file__, "--index", str(index), "--dir", args.dir, "--messages",
-               str(args.messages), "--batch", str(args.batch), "--idle", str(args.idle),
+               str(args.messages), "--batch", str(args.batch), "--size", str(args.size), "--idle", str(args.idle),
                "--multicast-group", group, "--multicast-port", str(port)])
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env,
                                       stderr=open(Path(args.dir) / f"r{index}.log", "w")))
@@ -206,6 +207,7 @@ def main() -> int:
     parser.add_argument("--dir")
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--size", type=int, default=72, help="bytes per message body (at least 8)")
     parser.add_argument("--victim", choices=("replica", "producer"), default="replica")
     parser.add_argument("--kill-within", type=float, default=1.5, help="the kill comes within this many seconds")
     parser.add_argument("--idle", type=float, default=5.0, help="the consumer stops after this many idle seconds")
@@ -216,6 +218,8 @@ def main() -> int:
     parser.add_argument("--multicast-group")
     parser.add_argument("--multicast-port", type=int)
     args = parser.parse_args()
+    if args.size < BODY.size or args.messages < 1 or args.batch < 1:
+        parser.error(f"--size must be at least {BODY.size}, --messages and --batch positive")
     if args.index is not None:
         import trio
 
