@@ -918,6 +918,24 @@ def test_member_waiting_for_a_commit_takes_over_from_a_dead_coordinator() -> Non
     assert not body(ctl(va[3].on_propose(2, t, (0, {}), 2 * TIMEOUT), MsgType.FLUSH)[0]).refuse
 
 
+def test_a_member_released_twice_proposes_when_the_lowest_never_saw_the_proposal() -> None:
+    """A restarted coordinator's merge proposal reached 4 and not 3, then it
+    crashed again. 3 has nothing to time out; 4, the only one frozen, waited
+    for 3 to take over for ever and never delivered what 3 sent next
+    (randomized FIFO machine, explore.py seed 231598424). After a second
+    take-over period with no commit and no newer proposal, 4 proposes itself."""
+    va = agreements({3, 4})
+    merge = Propose(TAG, va[4].view.epoch + 1, 1, 0, (1, 3, 4))
+    assert ctl(va[4].on_propose(1, merge, (0, {}), 0.0), MsgType.FLUSH)
+    assert ctl(va[4].on_timeout(2 * TIMEOUT), MsgType.PROPOSE) == [], "first: 3 is the lowest, it may take over"
+    assert va[4].changing, "still frozen"
+    (own,) = ctl(va[4].on_timeout(4 * TIMEOUT), MsgType.PROPOSE)
+    p = body(own)
+    assert members_of(p) == (3, 4) and p.epoch == merge.epoch + 1, "above the epoch 1 may have committed"
+    flush = ctl(va[3].on_propose(4, p, (0, {}), 4 * TIMEOUT), MsgType.FLUSH)
+    assert flush and not body(flush[0]).refuse, "3 answers a member of its view at a higher epoch"
+
+
 def test_beacon_lists_the_view() -> None:
     va = agreements({1, 2})
     b = body(va[1].beacon(incarnation=3, order_code=2))

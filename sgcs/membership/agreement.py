@@ -278,6 +278,8 @@ class _Answer:
     of the proposals it stands for) of proposals we answered before this one."""
     offered: tuple[int, bool] = (0, False)
     """The rollback bound our flushes of this change offered, and whether withdrawn."""
+    lapses: int = 0
+    """Take-over periods that passed since we last answered a proposal (``_take_over``)."""
     bound: bool = False
     """We flushed to another coordinator's proposal, which it may commit at
     any moment: until it commits, abandons it (a new proposal of its own, or
@@ -642,6 +644,7 @@ class ViewAgreement:
         if self.coordination is not None and proposal.coordinator != self.me:
             out += self._abandon()  # a higher proposal wins: follow it
         answer.takeover_at = now + self.params.takeover_timeout
+        answer.lapses = 0
         answer.bound = proposal.coordinator != self.me
         self._moved(before, Event.ANSWER_OTHER if answer.bound else Event.ANSWER_OWN)
         out.append(self._flush_reply(src, answer, delivered or {}))
@@ -1054,11 +1057,20 @@ class ViewAgreement:
     def _take_over(self, now: float) -> list[AgreementOut]:
         """No commit came: the coordinator may be gone. The lowest other live
         member of the proposal that we know takes over and proposes what it
-        wants now; a change with unchanged members still ends the freeze."""
+        wants now; a change with unchanged members still ends the freeze.
+
+        That member may never have seen the proposal (its PROPOSE lost, the
+        coordinator dead before repeating it): it has no timer to fire, and we
+        would stay frozen for ever, holding back what it sends (randomized
+        FIFO machine, explore.py seed 231598424: a restarted coordinator's
+        merge proposal reached 4 and not 3, then it crashed again; 4 never
+        delivered 3's next message). So after a second take-over period with
+        no commit and no newer proposal, any live member proposes."""
         answer = self.answer
         assert answer is not None
         proposal = answer.proposal
         answer.takeover_at = now + self.params.takeover_timeout
+        answer.lapses += 1
         if answer.bound:
             answer.bound = False  # its coordinator is silent: we may answer others now
             self._moved(Stage.BOUND, Event.RELEASE)
@@ -1068,7 +1080,7 @@ class ViewAgreement:
             self.failed.add(proposal.coordinator)
         live = [m for m in proposal.members if m != proposal.coordinator and m not in self.failed
                 and (m in self.view or m == self.me)]
-        if live and min(live) == self.me:
+        if live and (min(live) == self.me or answer.lapses > 1):
             return self._propose(tuple(sorted(self.wanted())), now)
         return []
 
