@@ -54,7 +54,8 @@ numbered by an epoch; a view's id names its epoch and its members.
   ``view_timeout`` is left out of the next attempt (a follow-up change). A
   member that waits ``takeover_timeout`` (``2 * view_timeout``) for a COMMIT
   takes over if it is the lowest live member of the proposal (one epoch
-  higher).
+  higher); after a second such period any member still waiting does (the
+  lowest may never have seen the proposal).
 
 **Cap.** A view holds at most ``max_members`` members. Joiners beyond it
 (lowest ids first) are refused and counted (``refused_joiners``); they stay
