@@ -8,9 +8,10 @@ memory, and whether the joiner ends with the state of a member that stayed
 
 The four writers run in this process, the joiner in a process of its own
 (over loopback multicast), so memory is told apart: the joiner's peak RSS is
-its own; the provider's is the rise of this process's peak RSS from before
-the join to after the transfer (the other three writers allocate nothing
-more meanwhile).
+its own, read when it has loaded the state; the provider's is the largest
+rise of this process's RSS during the transfer, sampled every 5 ms, over its
+RSS just before the join (the other three writers allocate nothing more
+meanwhile).
 
     python benchmarks/state_transfer.py --megabytes 100 --rate 1000
 """
@@ -94,7 +95,14 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
         for group in list(groups):
             nursery.start_soon(writer, group)
         await trio.sleep(2.0)
-        rss_before = _peak_rss_mb()
+        rss_before, rss_during = _rss_mb(), [0]
+
+        async def sample() -> None:  # this process's RSS while the provider (in it) sends the snapshot
+            while True:
+                rss_during[0] = max(rss_during[0], _rss_mb())
+                await trio.sleep(0.005)
+
+        nursery.start_soon(sample)
         command = [sys.executable, __file__, "--joiner", "--multicast-group", net["multicast_group"],
                    "--multicast-port", str(net["multicast_port"])]
         joiner = await trio.lowlevel.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -105,12 +113,13 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
                 assert (await lines.__anext__())["joining"]
             before, sent_before, joined = len(stalls), sent, time.monotonic()
             with trio.fail_after(600):
-                assert (await lines.__anext__())["has_state"]
+                loaded = await lines.__anext__()
+                assert loaded["has_state"]
             transfer = time.monotonic() - joined
             during, rate = stalls[before:], (sent - sent_before) / transfer
             await trio.sleep(1.0)
             writing = False
-            rss_after = _peak_rss_mb()
+            rss_after = rss_during[0]
             with trio.fail_after(60):
                 while len({s.count for s in states}) != 1:
                     await trio.sleep(0.05)
@@ -130,13 +139,22 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
     return {"megabytes": args.megabytes, "rate_asked_per_member": args.rate,
             "rate_during_transfer_total": round(rate), "transfer_s": round(transfer, 2),
             "longest_send_during_s": round(max(during, default=0.0), 3), "sends_during": len(during),
-            "writers_peak_rss_before_mb": rss_before, "provider_added_peak_rss_mb": rss_after - rss_before,
-            "joiner_peak_rss_mb": report["peak_rss_mb"],
+            "writers_rss_before_mb": rss_before, "provider_added_peak_rss_mb": rss_after - rss_before,
+            "joiner_peak_rss_at_load_mb": loaded["peak_rss_mb"],
             "joiner_equal": equal, "deliveries_per_member": states[0].count}
 
 
 def _peak_rss_mb() -> int:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def _rss_mb() -> int:
+    """This process's resident memory now (``VmRSS``), in MB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024)
+    return 0
 
 
 def _digest(state: Chained) -> str:
@@ -177,7 +195,7 @@ async def joiner(args: argparse.Namespace) -> None:
             nursery.start_soon(consume)
             while not group.has_state:  # type: ignore[attr-defined]
                 await trio.sleep(0.01)
-            say(has_state=True)
+            say(has_state=True, peak_rss_mb=_peak_rss_mb())
             async for request in _requests(stdin):
                 if request == "stop":
                     break
