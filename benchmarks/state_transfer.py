@@ -126,7 +126,10 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
                 while True:  # the joiner's count and state, once it caught up with the writers
                     await joiner.stdin.send_all(b"report\n")
                     report = await lines.__anext__()
+                    # no await from here to the digest: a member that stayed
+                    # cannot deliver more in between (sends still in flight)
                     if report["count"] == states[0].count:
+                        equal = report["digest"] == _digest(states[0])
                         break
                     await trio.sleep(0.1)
             await joiner.stdin.send_all(b"stop\n")
@@ -134,7 +137,6 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
             with trio.move_on_after(10):
                 await joiner.wait()
             joiner.kill()
-        equal = report["digest"] == _digest(states[0])
         nursery.cancel_scope.cancel()
     return {"megabytes": args.megabytes, "rate_asked_per_member": args.rate,
             "rate_during_transfer_total": round(rate), "transfer_s": round(transfer, 2),
