@@ -812,8 +812,23 @@ def queue_figures(members: Members) -> dict[str, Any]:
     """The replicated queue's history, from every incarnation's lines: every
     acknowledged PUT consumed (acknowledged) once or left in the queue at the
     end, none consumed twice, and the replicas that ended in one view with
-    equal states."""
+    equal states.
+
+    A batch a consumer received whose ``ack`` never returned (the consumer
+    was killed, or the ack raised ``NotPrimary`` as a partition began) may
+    have been acknowledged by the primary all the same: its messages were
+    received once, so they count as ``ack_uncertain``, not lost."""
     lines = [event for incarnation in members.all for event in list(incarnation.events)]
+    uncertain: set[str] = set()
+    for incarnation in members.all:
+        pending: list[str] = []  # the consumer's last batch, until its ack returns ("consumed")
+        for event in list(incarnation.events):
+            if event.get("event") == "received":
+                uncertain.update(pending)
+                pending = list(event["msgs"])
+            elif event.get("event") == "consumed":
+                pending = []
+        uncertain.update(pending)
     acked = {e["msg"] for e in lines if e.get("event") == "acked"}
     consumed = Counter(m for e in lines if e.get("event") == "consumed" for m in e["msgs"])
     received = Counter(m for e in lines if e.get("event") == "received" for m in e["msgs"])
@@ -829,7 +844,8 @@ def queue_figures(members: Members) -> dict[str, Any]:
             "put_timeouts": sum(1 for e in lines if e.get("event") == "put_timeout"),
             "received": sum(received.values()), "redelivered": sum(n - 1 for n in received.values() if n > 1),
             "consumed": len(consumed), "consumed_twice": sorted(m for m, n in consumed.items() if n > 1)[:20],
-            "lost": sorted(acked - set(consumed) - remaining)[:20], "left_in_queue": len(remaining),
+            "ack_uncertain": len(uncertain - set(consumed)),
+            "lost": sorted(acked - set(consumed) - remaining - uncertain)[:20], "left_in_queue": len(remaining),
             "final_states": len(last), "states_equal": len(states) == 1 and len(last) == len(members.ids),
             "final_reports": len(finals)}
 

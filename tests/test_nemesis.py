@@ -217,8 +217,12 @@ def test_queue_figures_find_lost_and_twice_consumed_messages_and_unequal_states(
                       {"event": "acked", "msg": "c"}, {"event": "consumed", "msgs": ["a"]}, final("x", ["c"]))
     two = incarnation(2, {"event": "received", "msgs": ["a", "b"]}, {"event": "consumed", "msgs": ["a"]},
                       final("x", ["c"]))
-    members = types.SimpleNamespace(all=[one, two], current={1: one, 2: two}, ids=[1, 2])
+    # 3 received e and f; its ack of them never returned (NotPrimary, then it was killed): received once
+    three = incarnation(3, {"event": "acked", "msg": "e"}, {"event": "acked", "msg": "f"},
+                        {"event": "received", "msgs": ["e"]}, {"event": "received", "msgs": ["f"]})
+    members = types.SimpleNamespace(all=[one, two, three], current={1: one, 2: two}, ids=[1, 2])
     found = nemesis.queue_figures(members)  # type: ignore[arg-type]
-    assert (found["acked"], found["lost"], found["consumed_twice"], found["states_equal"]) == (3, ["b"], ["a"], True)
+    assert (found["acked"], found["lost"], found["consumed_twice"], found["states_equal"]) == (5, ["b"], ["a"], True)
+    assert found["ack_uncertain"] == 2, "b's ack returned without it: lost, not uncertain"
     two.events[-1] = final("y", ["c"])
     assert nemesis.queue_figures(members)["states_equal"] is False  # type: ignore[arg-type]
