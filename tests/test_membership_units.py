@@ -936,6 +936,32 @@ def test_a_member_released_twice_proposes_when_the_lowest_never_saw_the_proposal
     assert flush and not body(flush[0]).refuse, "3 answers a member of its view at a higher epoch"
 
 
+def test_a_proposal_after_an_abandoned_one_has_a_higher_key() -> None:
+    """A restarted coordinator, alone and bound to another's proposal, made
+    its own merge proposal, gave it up when the other's repeat came (an
+    abort), and then proposed the same epoch and attempt again with other
+    members. Every member that heard the abort, itself included, ignores that
+    key for good: it proposed it for ever, alone (randomized ring-detector
+    machine, explore.py seed 2706109835)."""
+    one = ViewAgreement(1, {1}, VIEW, 0.0, TAG, epoch=0, incarnation=2)
+    theirs = Propose(TAG, 2, 1, 2, (1, 2, 3))
+    assert ctl(one.on_propose(2, theirs, (0, {}), 0.0, incarnation=0), MsgType.FLUSH), "bound to 2's proposal"
+    (first,) = ctl(one.merge_with({3: 2}, 3, 0.0), MsgType.PROPOSE)
+    assert body(first).epoch == 3, "above the proposal it answered"
+    assert preempts(one.on_propose(1, body(first), (0, {}), 0.0), 2), "bound: it asks 2 to give up"
+    (abort,) = ctl(one.on_propose(2, theirs, (0, {}), 0.1, incarnation=0), MsgType.PROPOSE)
+    assert members_of(body(abort)) == (), "2 repeated: 1 follows it and aborts its own"
+    one.on_propose(1, body(abort), (0, {}), 0.1)
+    proposals = ctl(one.merge_with({4: 1}, 4, 0.2), MsgType.PROPOSE)
+    t = 0.2
+    while not proposals:  # 2 never commits: the take-over timer releases 1, which proposes
+        t = one.next_deadline() or t + TIMEOUT
+        proposals = ctl(one.on_timeout(t), MsgType.PROPOSE)
+    again = body(proposals[-1])
+    assert (again.epoch, again.attempt) > (3, 1), "the aborted key is never proposed again"
+    assert ctl(one.on_propose(1, again, (0, {}), t), MsgType.FLUSH), "and 1 answers its own proposal"
+
+
 def test_beacon_lists_the_view() -> None:
     va = agreements({1, 2})
     b = body(va[1].beacon(incarnation=3, order_code=2))

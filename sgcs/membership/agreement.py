@@ -337,15 +337,18 @@ class ViewAgreement:
         self.answer: _Answer | None = None
         """Our answer to the change under way (None: no change here)."""
         self._hold_off_until: float | None = None
+        """We gave our proposal up for a higher one (preempted): until then we
+        make no new one, so that the higher one can complete instead of being
+        outbid in turn."""
         self._sent_commit: tuple[int, int, tuple[int, int, int, int], bytes] | None = None
         """(epoch, attempt, key, body) of the last commit we sent: repeated to a
         member that is still bound to it after we moved on (``on_flush``)."""
         self._aborted: dict[tuple[int, int], tuple[int, int, int, int]] = {}
         """Per coordinator incarnation, the highest of its proposals it aborted
         (``_on_abort``): that one and those before it are never answered."""
-        """We gave our proposal up for a higher one (preempted): until then we
-        make no new one, so that the higher one can complete instead of being
-        outbid in turn."""
+        self._last_proposed: tuple[int, int] = (0, 0)
+        """(epoch, attempt) of the last proposal we made: each one goes above it
+        (``_propose``)."""
         self.coordination: _Coordination | None = None
         self.committing: Commit | None = None
         """The commit this member decided or accepted, until the group installs
@@ -578,6 +581,15 @@ class ViewAgreement:
                 epoch, attempt = accepted.epoch, accepted.attempt + 1
             else:
                 epoch = accepted.epoch + 1
+        if (epoch, attempt) <= self._last_proposed:
+            # A proposal we gave up (abandoned for another coordinator's, or
+            # dropped with its silent members) is aborted at every member that
+            # heard the abort, ourselves included, and never answered again:
+            # the next one must have a higher key. Reusing it kept a restarted
+            # coordinator proposing an aborted key for ever, alone in its view
+            # (randomized ring-detector machine, explore.py seed 2706109835).
+            epoch, attempt = self._last_proposed[0], self._last_proposed[1] + 1
+        self._last_proposed = (epoch, attempt)
         proposal = _Proposal(epoch, attempt, self.me, members, self.incarnation)
         before = self.coordinating
         self.coordination = _Coordination(proposal, deadline=now + self.params.view_timeout, proposed_in=self.view)
