@@ -99,7 +99,7 @@ async def test_a_replica_that_joins_late_catches_up_by_a_snapshot() -> None:
 
 
 def test_ops_of_the_state_transfer_round_trip() -> None:
-    for op in (rq.Hello(1 << 63, 7, 12_345), rq.State(5, 2, 3, b"chunk")):
+    for op in (rq.Hello(1 << 63, 7, 12_345, 99), rq.State(5, 2, 3, b"chunk")):
         assert rq.decode_op_untrusted(rq.encode_op(op)) == op
     with pytest.raises(sgcs.errors.DecodeError):
         rq.decode_op_untrusted(rq.encode_op(rq.State(5, 3, 3, b"")))  # index past the total
@@ -155,6 +155,23 @@ class _Silent:
         return [None for _ in payloads]
 
 
+class _Recording(_Silent):
+    """A silent group that keeps what it was asked to send."""
+
+    node_id = 2
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def send(self, payload: bytes) -> None:
+        self.sent.append(payload)
+        return None
+
+    async def send_many(self, payloads: list[bytes]) -> list[None]:
+        self.sent += payloads
+        return [None for _ in payloads]
+
+
 async def test_puts_under_way_when_the_view_becomes_a_minority_raise_not_primary() -> None:
     queue = ReplicatedQueue(_Silent(), "jobs", replicas=3, dedup_window=10)  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
@@ -175,27 +192,117 @@ async def test_puts_under_way_when_the_view_becomes_a_minority_raise_not_primary
         assert len(outcome) == 1 and queue.standing is Standing.MINORITY and not queue._pending
 
 
-async def test_what_a_minority_transitional_view_delivers_is_not_applied() -> None:
-    """Left out of a change, a member delivers its own last messages in a
-    transitional view of itself (extended virtual synchrony); the others need
-    not have them, so a replica there applies none (nemesis, queue workload,
-    seed 11: a PUT acknowledged that way was in nobody's queue)."""
-    queue = ReplicatedQueue(_Silent(), "jobs", replicas=5, dedup_window=10)  # type: ignore[arg-type]
+def silent_replica(nursery: trio.Nursery, replicas: int, members: tuple[int, ...]) -> ReplicatedQueue:
+    """Replica 1, settled in a primary view of ``members``, whose sends go nowhere:
+    the test delivers each op and view event itself."""
+    queue = ReplicatedQueue(_Silent(), "jobs", replicas=replicas, dedup_window=10)  # type: ignore[arg-type]
+    queue._nursery = nursery
+    queue._on_view(sgcs.ViewChange("v1.1-x", members, "sgcs.rq.jobs"))
+    queue.standing, queue.generation = Standing.SETTLED, 1
+    return queue
+
+
+async def put_in_background(nursery: trio.Nursery, queue: ReplicatedQueue,
+                            body: bytes) -> tuple[bytes, list[object]]:
+    """Start a PUT; returns its op and where its outcome (an id or an error) lands."""
+    op, msg_id = queue._put_op(body, 0, None)
+    outcome: list[object] = []
+
+    async def put() -> None:
+        try:
+            await queue._submit(msg_id, op)
+            outcome.append(msg_id)
+        except NotPrimary as error:
+            outcome.append(error)
+
+    nursery.start_soon(put)
+    await trio.testing.wait_all_tasks_blocked()
+    return op, outcome
+
+
+async def test_a_write_delivered_in_a_transitional_view_is_applied_and_decided_in_the_next_primary() -> None:
+    """Left out of a change, a member delivers its last messages in a
+    transitional view; another member may have applied them in the regular
+    view (safe order), so they apply here too, but none of ours is
+    acknowledged until a primary view settles (nemesis, queue workload, seed
+    1581192924: refusing them there let a message one member had acknowledged
+    be handed out again)."""
     async with trio.open_nursery() as nursery:
-        queue._nursery = nursery
-        queue.standing = Standing.SETTLED
-        outcome: list[BaseException] = []
-        op, msg_id = queue._put_op(b"late", 0, None)
-
-        async def put() -> None:
-            try:
-                await queue._submit(msg_id, op)
-            except NotPrimary as error:
-                outcome.append(error)
-
-        nursery.start_soon(put)
+        queue = silent_replica(nursery, 3, (1, 2, 3))
+        op, outcome = await put_in_background(nursery, queue, b"late")
+        queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", "v1.1-x", (1, 2)))
+        queue._on_op(1, rq.decode_op_untrusted(op), op)
         await trio.testing.wait_all_tasks_blocked()
-        queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", "v3.5-x", (1,)))
-        queue._on_op(1, rq.decode_op_untrusted(op))
+        assert queue.depth() == 1 and outcome == [], "applied, not yet acknowledged"
+        queue._on_view(sgcs.ViewChange("v2.1-x", (1, 2), "sgcs.rq.jobs", failed=(3,)))
         await trio.testing.wait_all_tasks_blocked()
-        assert len(outcome) == 1 and queue.depth() == 0 and queue.refused == 1
+        assert queue.standing is Standing.SETTLED and outcome == [rq.decode_op_untrusted(op).msg_id]  # type: ignore[union-attr]
+
+
+async def test_a_kept_write_in_a_minority_view_raises_not_primary_saying_it_may_be_applied() -> None:
+    async with trio.open_nursery() as nursery:
+        queue = silent_replica(nursery, 5, (1, 2, 3))
+        op, outcome = await put_in_background(nursery, queue, b"late")
+        queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", "v1.1-x", (1,)))
+        queue._on_op(1, rq.decode_op_untrusted(op), op)
+        queue._on_view(sgcs.ViewChange("v2.1-x", (1,), "sgcs.rq.jobs", failed=(2, 3)))
+        await trio.testing.wait_all_tasks_blocked()
+        assert queue.standing is Standing.MINORITY and queue.depth() == 1
+        assert len(outcome) == 1 and "may have been applied" in str(outcome[0])
+
+
+async def test_a_kept_write_the_provider_never_applied_is_sent_again() -> None:
+    """Two sides applied different ops after a split: the same (generation,
+    applied), different digests. The one behind takes the provider's state
+    at the last STATE chunk, and its write that state lacks goes out again."""
+    async with trio.open_nursery() as nursery:
+        one = silent_replica(nursery, 3, (1, 2, 3))
+        two = silent_replica(nursery, 3, (1, 2, 3))
+        two.me = two.group.node_id = 2  # type: ignore[misc]
+        two.group = _Recording()  # type: ignore[assignment]
+        theirs, outcome = await put_in_background(nursery, two, b"two's")
+        mine, _ = one._put_op(b"one's", 0, None)
+        for queue, member, op in ((one, 1, mine), (two, 2, theirs)):
+            queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", "v1.1-x", (member,)))
+            queue._on_op(member, rq.decode_op_untrusted(op), op)
+        assert (one.generation, one.applied) == (two.generation, two.applied) and one.digest != two.digest
+        view = sgcs.ViewChange("v3.1-x", (1, 2), "sgcs.rq.jobs", joined=(1, 2), failed=(3,))
+        token = rq._view_token(view.view_id)
+        hellos = [(m, rq.Hello(token, q.generation, q.applied, q.digest)) for m, q in ((1, one), (2, two))]
+        for queue in (one, two):
+            queue._on_view(view)
+            for member, hello in hellos:
+                queue._on_op(member, hello, b"")
+            assert queue._provider == 1 and queue._behind == {2} and queue.standing is Standing.FETCHING
+        (chunk,) = one._outgoing[1]  # type: ignore[index]
+        for queue in (one, two):
+            queue._on_op(1, rq.decode_op_untrusted(chunk), chunk)
+        await trio.testing.wait_all_tasks_blocked()
+        assert one.standing is two.standing is Standing.SETTLED and state(one) == state(two)
+        sent = two.group.sent  # type: ignore[attr-defined]
+        assert two.digest == one.digest and outcome == [] and sent.count(theirs) == 2, \
+            "not decided: sent again"
+        two._on_op(2, rq.decode_op_untrusted(theirs), theirs)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(outcome) == 1 and two.depth() == 2
+
+
+async def test_the_provider_applies_nothing_before_its_last_state_chunk() -> None:
+    """A provider that applied ops as soon as it sent its snapshot acknowledged
+    writes the others, still fetching when the view changed, never held
+    (nemesis, queue workload, seed 1581192924: an acknowledged PUT lost)."""
+    async with trio.open_nursery() as nursery:
+        queue = silent_replica(nursery, 3, (1, 2, 3))
+        view = sgcs.ViewChange("v2.1-x", (1, 2, 3), "sgcs.rq.jobs", joined=(3,))
+        queue._on_view(view)
+        token = rq._view_token(view.view_id)
+        for member, (generation, applied) in ((1, (1, 0)), (2, (1, 0)), (3, (0, 0))):
+            queue._on_op(member, rq.Hello(token, generation, applied, 0), b"")
+        assert queue._provider == 1 and queue._behind == {3} and queue.standing is Standing.FETCHING
+        op, outcome = await put_in_background(nursery, queue, b"during the transfer")
+        queue._on_op(1, rq.decode_op_untrusted(op), op)
+        assert queue.depth() == 0 and outcome == [], "held until the settle point"
+        (chunk,) = queue._outgoing[1]  # type: ignore[index]
+        queue._on_op(1, rq.decode_op_untrusted(chunk), chunk)
+        await trio.testing.wait_all_tasks_blocked()
+        assert queue.standing is Standing.SETTLED and queue.depth() == 1 and len(outcome) == 1

@@ -41,7 +41,7 @@ OPS: list[rq.Op] = [
     rq.Settle(False, (1, 2), 9),
     rq.Settle(True, ()),
     rq.Purge(3),
-    rq.Hello(1 << 63, 4, 1_000),
+    rq.Hello(1 << 63, 4, 1_000, 2**64 - 1),
     rq.State(7, 0, 2, b"image"),
 ]
 
@@ -174,30 +174,49 @@ def test_replicas_fed_one_stream_hold_the_same_queue(ops: list[tuple[str, int, i
         replica.clock = _fixed_clock(1_000.0 + skew)
         replicas.append(replica)
     put_ids = set()
-    for kind, member, arg, extra, extra2 in ops:
+    for request, (kind, member, arg, extra, extra2) in enumerate(ops, 1):  # each request its own id
         op: rq.Op | None
         if kind == "put":  # expiry at 1,000 s + 0..4 s of the putter's clock; 0: no TTL
             op = rq.Put(bytes([arg]) * 16, extra, 1_000_000 + 1_000 * extra2 if extra2 else 0, b"body")
             put_ids.add(arg)
         elif kind == "get":  # the issuer's time 999..1,005 s, its limit 0..3
-            op = rq.Get(1, arg, 999_000 + 1_000 * extra, extra2)
+            op = rq.Get(request, arg, 999_000 + 1_000 * extra, extra2)
         elif kind in ("ack", "release"):
-            op = rq.Settle(kind == "release", (arg,))
+            op = rq.Settle(kind == "release", (arg,), request)
         elif kind == "purge":
-            op = rq.Purge()
+            op = rq.Purge(request)
         else:
             op = None
         for replica in replicas:
             if op is None:
                 replica.store.release_consumer(f"m:{member}")
             else:
-                replica._apply(member, op)
+                replica._apply(member, op, rq.encode_op(op))
 
     first = _state(replicas[0])
     assert all(_state(r) == first for r in replicas[1:])
     assert all(r.dead_letters() == replicas[0].dead_letters() for r in replicas[1:])
     assert len({row[1] for row in first}) == len(first)  # each id at most once
     assert len(first) <= len(put_ids)
+
+
+def test_a_request_sent_again_applies_once() -> None:
+    """A write is sent again when a view change leaves its outcome open; a GET
+    the state already holds must not lease twice, even from a restarted
+    replica (whose request ids are fresh, not counted from 1 again)."""
+    import types
+
+    replica = rq.ReplicatedQueue(types.SimpleNamespace(node_id=1), "jobs", replicas=1,  # type: ignore[arg-type]
+                                 dedup_window=100)
+    replica._nursery = _Nursery()  # type: ignore[assignment]
+    for n in range(3):
+        put = rq.Put(bytes([n]) * 16, 0, 0, b"body")
+        replica._apply(2, put, rq.encode_op(put))
+    get = rq.Get(replica._request()[1], 1, 0, 0)
+    for _ in range(2):
+        replica._apply(2, get, rq.encode_op(get))
+    assert replica.info().leased == 1 and replica.applied == 5
+    assert replica._request()[1] != replica._request()[1]
 
 
 async def _converged(replicas: list[rq.ReplicatedQueue], dead: int, leased: int = 0) -> None:

@@ -47,15 +47,42 @@ synchrony: the members that move together deliver the same ops before it).
 When every member of a new primary view comes from one settled primary view
 (no ``joined``), their states are equal and ops go on applying. Otherwise
 (a joiner, a restarted replica, a healed partition) ops wait: each replica
-multicasts HELLO(view, generation, applied), where ``generation`` counts the
-primary views its state went through. Once all are delivered (the same point
-in every stream) the replica with the highest (generation, applied), lowest
-id on ties, is the provider; it snapshots its state there (its SQLite image,
-the dedup ids, the op count) and multicasts it in STATE chunks. The replicas
-behind load it, then every replica applies the ops held since the view began.
-The leases of consumers not in the view or behind (restarted, back from a
-minority) go back at that point. A view that changes before it settles
-applied nothing it held: the writers send their ops again.
+multicasts HELLO(view, generation, applied, digest), where ``generation``
+counts the primary views its state went through and ``digest`` chains every
+op it applied. Once all are delivered (the same point in every stream) the
+replica with the highest (generation, applied), lowest id on ties, is the
+provider. If every replica's standing equals the provider's, that is the
+settle point. Otherwise the provider snapshots its state there (its SQLite
+image, the dedup ids, the op count, the digest) and multicasts it in STATE
+chunks, and the delivery of the last chunk is the settle point, for every
+replica: the ones behind load the snapshot there, and none, the provider
+included, applies an op of this view before it. (The provider applying at
+once acknowledged writes that the others, still fetching when the view
+changed, never held: nemesis, queue workload, seed 1581192924.) At the
+settle point every replica applies the ops held since the view began. The
+leases of consumers not in the view or behind (restarted, back from a
+minority) go back there. A view that changes before it settles applied
+nothing it held: the writers send their ops again.
+
+**Transitional views** (Amir's "yellow" actions). A transitional view says
+that the ops delivered until the next view reach only its members: the other
+members of the view need not have them. Whether another member applied an op
+in the regular view, or whether one side's ops will count, is unknown there.
+So ops go on applying (the state machine does not stop: every member of the
+transitional view applies the same ones), but no write of ours delivered there
+is decided: its result is kept, and the next primary view's settle point
+decides it. Every member of the old primary view ends with a state that
+extends everything any member applied in the regular view (safe order: an op
+one member delivered there, every member holds, and delivers in its
+transitional view at the latest), so the provider chosen by (generation,
+applied) loses no acknowledged write; two sides that applied different ops
+after the split have different digests, and the one behind takes the
+provider's state. A write whose result we kept is then acknowledged if the
+settled state holds it (a PUT's id, a request's id: both are remembered),
+and sent again otherwise. (Refusing every op of a minority transitional view
+let one member apply an ACK in the regular view while the two others dropped
+it, and the next primary handed the message out again: nemesis, queue
+workload, seed 1581192924.)
 
 **Acknowledged means replicated.** ``put`` returns when the replica of the
 caller has applied its PUT; under safe order that happens only once every
@@ -74,7 +101,6 @@ have been applied by the primary side (like an unconfirmed publish).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import sqlite3
 import struct
@@ -104,16 +130,17 @@ from .store import (
     check_ttl,
 )
 
-OP_VERSION = 3
+OP_VERSION = 4
 """First byte of every op (version 1 had none, no TTL and no delivery limit; version 2
-had no primary component, no state transfer and no request ids on ACK, RELEASE, PURGE)."""
+had no primary component, no state transfer and no request ids on ACK, RELEASE, PURGE;
+version 3 had no digest in HELLO)."""
 PUT, GET, ACK, RELEASE, PURGE, HELLO, STATE = 1, 2, 3, 4, 5, 6, 7
 _HEAD = struct.Struct(">BB")
 _PUT = struct.Struct(">BB16sBQ")
 _GET = struct.Struct(">BBQHQI")
 _TAGS = struct.Struct(">BBQH")
 _PURGE = struct.Struct(">BBQ")
-_HELLO = struct.Struct(">BBQQQ")
+_HELLO = struct.Struct(">BBQQQQ")
 _STATE = struct.Struct(">BBQII")
 _U64 = struct.Struct(">Q")
 QUEUE = "q"
@@ -171,6 +198,12 @@ class Hello:
     view: int
     generation: int
     applied: int
+    digest: int
+    """The chain of every op its state applied (``_chain``): equal standing, equal state."""
+
+    @property
+    def standing(self) -> tuple[int, int, int]:
+        return self.generation, self.applied, self.digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +227,7 @@ def encode_op(op: Op) -> bytes:
         return (_TAGS.pack(OP_VERSION, RELEASE if op.release else ACK, op.request, len(op.tags))
                 + b"".join(_U64.pack(t) for t in op.tags))
     if isinstance(op, Hello):
-        return _HELLO.pack(OP_VERSION, HELLO, op.view, op.generation, op.applied)
+        return _HELLO.pack(OP_VERSION, HELLO, op.view, op.generation, op.applied, op.digest)
     if isinstance(op, State):
         return _STATE.pack(OP_VERSION, STATE, op.view, op.index, op.total) + op.chunk
     return _PURGE.pack(OP_VERSION, PURGE, op.request)
@@ -237,8 +270,8 @@ def decode_op_untrusted(data: bytes) -> Op:
     if kind == HELLO:
         if len(data) != _HELLO.size:
             raise DecodeError("length", "hello")
-        _, _, view, generation, applied = _HELLO.unpack(data)
-        return Hello(view, generation, applied)
+        _, _, view, generation, applied, digest = _HELLO.unpack(data)
+        return Hello(view, generation, applied, digest)
     if kind == STATE:
         if len(data) < _STATE.size or len(data) - _STATE.size > STATE_CHUNK:
             raise DecodeError("length", "state")
@@ -258,9 +291,21 @@ def _view_token(view_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(view_id.encode(), digest_size=8).digest(), "big")
 
 
-_SNAPSHOT = struct.Struct(">QIII")
-"""Snapshot head: ops applied, delivery limit in force (0: none), dedup ids, then the
-ids (16 bytes each) and the store's SQLite image."""
+_SNAPSHOT = struct.Struct(">QIIQ")
+"""Snapshot head: ops applied, delivery limit in force (0: none), dedup ids, digest, then
+the ids (16 bytes each) and the store's SQLite image."""
+
+
+def _chain(digest: int, sender: int, op: bytes) -> int:
+    """The digest after applying ``op`` from ``sender``: replicas that applied the
+    same ops in the same order have the same one."""
+    data = digest.to_bytes(8, "big") + sender.to_bytes(8, "big") + op
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def _request_id(sender: int, request: int) -> bytes:
+    """A request op's id in the dedup window (16 bytes, like a PUT's random id)."""
+    return hashlib.blake2b(_U64.pack(sender) + _U64.pack(request), digest_size=16, person=b"sgcs.rq.request").digest()
 
 
 class Standing(Enum):
@@ -270,7 +315,8 @@ class Standing(Enum):
     SYNCING = "syncing"
     """A primary view whose replicas compare their states (HELLOs); ops wait."""
     FETCHING = "fetching"
-    """Behind the provider: ops wait for its snapshot (STATE chunks)."""
+    """The provider sends its snapshot (STATE chunks): ops wait for its last chunk,
+    where the replicas behind load it."""
     SETTLED = "settled"
     """Ops apply as they are delivered."""
 
@@ -286,6 +332,8 @@ class _Pending:
     error: SgcsError | None = None
     abandoned: bool = False
     """Its caller stopped waiting: what it leases goes back."""
+    kept: bool = False
+    """Applied in a transitional view: ``leased`` and ``tags`` are kept until a primary view settles."""
 
     def finish(self, error: SgcsError | None = None) -> None:
         self.error = error
@@ -307,6 +355,8 @@ class ReplicatedQueue:
         self.store = QueueStore(":memory:")
         self.store.bind(QUEUE)
         self.applied = 0
+        self.digest = 0
+        """The chain of every op applied (``_chain``)."""
         self.generation = 0
         """Primary views this replica's state went through (a snapshot's receiver takes the provider's)."""
         self.standing = Standing.MINORITY
@@ -317,6 +367,8 @@ class ReplicatedQueue:
         """Snapshots this replica loaded."""
         self.members: tuple[int, ...] = ()
         self.view_id = ""
+        self.transitional = False
+        """A transitional view was delivered in this view: our writes applied now are kept, not decided."""
         self.clock: Callable[[], float] = time.time
         """The wall clock this replica's PUTs and GETs carry (tests skew it)."""
         self._limit_in_force: int | None = None
@@ -325,12 +377,11 @@ class ReplicatedQueue:
         self._pending: dict[bytes, _Pending] = {}
         self._sent: dict[int, bytes] = {}
         """Seq of our multicasts still undecided -> the pending write they carry."""
-        self._requests = itertools.count(1)
         self._changed = trio.Event()
         self._view_ready = trio.Event()
         self._view = 0
         self._hellos: dict[int, Hello] = {}
-        self._buffer: list[tuple[int, Op]] = []
+        self._buffer: list[tuple[int, Op, bytes]] = []
         self._provider = 0
         self._behind: frozenset[int] = frozenset()
         self._next_generation = 0
@@ -339,6 +390,8 @@ class ReplicatedQueue:
         """As provider: the view and the STATE ops we send, until we deliver each."""
         self._resend_later: list[bytes] = []
         """Our writes to send again once ops apply in this view."""
+        self._orphans: list[int] = []
+        """Tags leased to us by a kept GET whose caller got ``NotPrimary``: given back at the next settle point."""
 
     # ------------------------------------------------------------ client side
 
@@ -368,7 +421,9 @@ class ReplicatedQueue:
                 self._sent[message.seq] = key
 
     def _request(self) -> tuple[bytes, int]:
-        request = next(self._requests)
+        """A fresh request id. Random, not counted: the replicated dedup window
+        remembers requests, and a restarted replica's count would begin again."""
+        request = int.from_bytes(os.urandom(8), "big")
         return b"r" + _U64.pack(request), request
 
     def _put_op(self, body: bytes, priority: int, ttl: float | None) -> tuple[bytes, bytes]:
@@ -497,7 +552,7 @@ class ReplicatedQueue:
                     continue
                 if event.sender == self.me:
                     self._sent.pop(event.seq, None)
-                self._on_op(event.sender, op)
+                self._on_op(event.sender, op, bytes(event.payload))
             elif isinstance(event, sgcs.ViewChange):
                 self._on_view(event)
             elif isinstance(event, sgcs.TransitionalView):
@@ -507,20 +562,20 @@ class ReplicatedQueue:
             elif isinstance(event, sgcs.NotDelivered) and event.to is None:
                 self._retry([event.message.seq])
 
-    def _on_op(self, sender: int, op: Op) -> None:
+    def _on_op(self, sender: int, op: Op, raw: bytes) -> None:
         if isinstance(op, Hello):
             self._on_hello(sender, op)
         elif isinstance(op, State):
             self._on_state(sender, op)
         elif self.standing is Standing.SETTLED:
-            self._apply(sender, op)
+            self._apply(sender, op, raw)
         elif self.standing is Standing.MINORITY:
             self.refused += 1
             self._finish_own(sender, op, NotPrimary(
                 f"replicated queue {self.name}: delivered in a view of {len(self.members)} of {self.replicas} "
                 f"replicas, not a majority; not applied"))
         else:
-            self._buffer.append((sender, op))
+            self._buffer.append((sender, op, raw))
 
     @staticmethod
     def _key_of(op: Op) -> bytes | None:
@@ -533,11 +588,15 @@ class ReplicatedQueue:
     def _finish_own(self, sender: int, op: Op, error: SgcsError | None, leased: list[Message] | None = None,
                     settled: list[int] | None = None) -> None:
         key = self._key_of(op) if sender == self.me else None
-        pending = self._pending.pop(key, None) if key is not None else None
-        if pending is None:
+        pending = self._pending.get(key) if key is not None else None
+        if pending is None or key is None:
             if leased:  # the asker stopped waiting (or never did): give them back
                 self._nursery.start_soon(self._give_back, leased)
             return
+        if self.transitional and error is None:
+            pending.kept, pending.leased, pending.tags = True, list(leased or []), list(settled or [])
+            return  # decided where the next primary view settles (``_decide_kept``)
+        del self._pending[key]
         if leased:
             if pending.abandoned and error is None:
                 self._nursery.start_soon(self._give_back, leased)
@@ -577,13 +636,15 @@ class ReplicatedQueue:
         (HELLO) and, once all are heard, the one furthest on provides its
         snapshot to those behind (Amir's primary component, state by transfer)."""
         settled_before = self.standing is Standing.SETTLED
+        self.transitional = False
         self.members, self.view_id = event.members, event.view_id
         self._view = _view_token(event.view_id)
         self._view_ready.set()
         self._hellos, self._chunks, self._outgoing = {}, {}, None
         # Ops buffered in a view that never settled were applied by no member
         # that moved with us: ours go out again once ops apply.
-        resend = [k for k in (self._key_of(op) for sender, op in self._buffer if sender == self.me) if k is not None]
+        resend = [k for k in (self._key_of(op) for sender, op, _ in self._buffer if sender == self.me)
+                  if k is not None]
         self._buffer = []
         if 2 * len(event.members) <= self.replicas:
             self._enter_minority(len(event.members))
@@ -601,21 +662,24 @@ class ReplicatedQueue:
 
     def _on_transitional(self, event: sgcs.TransitionalView) -> None:
         """The deliveries up to the next view are among ``event.members`` only
-        (extended virtual synchrony): the other members of the view need not
-        have them. Unless those few are a majority, they apply nothing."""
-        if 2 * len(event.members) <= self.replicas:
-            self._enter_minority(len(event.members))
+        (extended virtual synchrony): ops go on applying, but our writes among
+        them are kept, not decided, until a primary view settles (module
+        docstring, Transitional views)."""
+        self.transitional = True
 
     def _enter_minority(self, size: int) -> None:
         self.standing = Standing.MINORITY
         for pending in self._pending.values():
+            if pending.kept and pending.leased:
+                self._orphans += [m.tag for m in pending.leased]
             pending.finish(NotPrimary(f"replicated queue {self.name}: this replica's view holds {size} of "
-                                      f"{self.replicas} replicas, not a majority"))
+                                      f"{self.replicas} replicas, not a majority"
+                                      + ("; the write may have been applied" if pending.kept else "")))
         self._pending, self._sent, self._buffer = {}, {}, []
         self._notify()
 
     def _hello(self) -> bytes:
-        return encode_op(Hello(self._view, self.generation, self.applied))
+        return encode_op(Hello(self._view, self.generation, self.applied, self.digest))
 
     def _on_hello(self, sender: int, hello: Hello) -> None:
         if self.standing is not Standing.SYNCING or hello.view != self._view or sender not in self.members:
@@ -625,20 +689,19 @@ class ReplicatedQueue:
             return
         # The settle point: the same place in every member's stream.
         provider, best = max(self._hellos.items(), key=lambda kv: (kv[1].generation, kv[1].applied, -kv[0]))
-        target = (best.generation, best.applied)
         self._provider = provider
-        self._behind = frozenset(m for m, h in self._hellos.items() if (h.generation, h.applied) != target)
+        self._behind = frozenset(m for m, h in self._hellos.items() if h.standing != best.standing)
         self._next_generation = best.generation + 1
-        if self.me in self._behind:
-            self.standing = Standing.FETCHING
+        if not self._behind:
+            self._become_settled(self._behind)
             return
-        if self.me == provider and self._behind:
+        self.standing = Standing.FETCHING  # all of us: the last STATE chunk is the settle point
+        if self.me == provider:
             image = self._snapshot()
             chunks = [image[i:i + STATE_CHUNK] for i in range(0, len(image), STATE_CHUNK)] or [b""]
             ops = [encode_op(State(self._view, i, len(chunks), c)) for i, c in enumerate(chunks)]
             self._outgoing = (self._view, ops)
             self._nursery.start_soon(self._send_raw, list(ops))
-        self._become_settled(self._behind)
 
     def _on_state(self, sender: int, state: State) -> None:
         if sender == self.me and self._outgoing is not None and state.view == self._outgoing[0]:
@@ -648,17 +711,19 @@ class ReplicatedQueue:
                 self._outgoing = None
         if self.standing is not Standing.FETCHING or state.view != self._view or sender != self._provider:
             return
-        self._chunks[state.index] = state.chunk
+        behind = self.me in self._behind
+        self._chunks[state.index] = state.chunk if behind else b""
         if len(self._chunks) < state.total:
             return
         image = b"".join(self._chunks[i] for i in range(state.total))
         self._chunks = {}
-        try:
-            self._load(image)
-        except (ValueError, struct.error, sqlite3.Error):
-            self.dropped_undecodable += 1  # stays behind; the next view change tries again
-            return
-        self.transfers += 1
+        if behind:
+            try:
+                self._load(image)
+            except (ValueError, struct.error, sqlite3.Error):
+                self.dropped_undecodable += 1  # stays behind; the next view change tries again
+                return
+            self.transfers += 1
         self._become_settled(self._behind)
 
     def _become_settled(self, behind: frozenset[int]) -> None:
@@ -669,44 +734,83 @@ class ReplicatedQueue:
             if member is None or member not in self.members or member in behind:
                 self.store.release_consumer(owner)  # counts as a delivery: may retire
         self.standing = Standing.SETTLED
+        if not self.transitional:
+            self._decide_kept(loaded=self.me in behind)
         buffered, self._buffer = self._buffer, []
-        for sender, op in buffered:
-            self._apply(sender, op)
+        for sender, op, raw in buffered:
+            self._apply(sender, op, raw)
         resend, self._resend_later = self._resend_later, []
         self._resend(resend)
         self._notify()
 
+    def _decide_kept(self, loaded: bool) -> None:
+        """A primary view settled: decide our writes applied in a transitional
+        view. Our own state stands (``loaded`` False): each had the result we
+        kept. We took the provider's: each counts if the provider applied it
+        (its id is remembered), else it goes out again."""
+        again: list[bytes] = []
+        for key, pending in list(self._pending.items()):
+            if not pending.kept:
+                continue
+            pending.kept = False
+            if not loaded:
+                del self._pending[key]
+                if pending.leased and pending.abandoned:
+                    self._nursery.start_soon(self._give_back, pending.leased)
+                pending.finish()
+            elif self._remembered(key):
+                del self._pending[key]
+                op = decode_op_untrusted(pending.op)
+                # our leases went back here (we were behind); an ACK took what is gone
+                pending.leased = []
+                pending.tags = [] if not isinstance(op, Settle) or op.release else \
+                    [t for t in op.tags if t not in set(self.store.present(QUEUE, op.tags))]
+                pending.finish()
+            else:
+                pending.leased, pending.tags = [], []
+                again.append(key)
+        orphans, self._orphans = self._orphans, []
+        if orphans and not loaded:
+            mine = self.store.leased_to(QUEUE, f"m:{self.me}", orphans)
+            if mine:
+                key, request = self._request()
+                self._pending[key] = _Pending(encode_op(Settle(True, tuple(mine[:MAX_TAGS]), request)))
+                again.append(key)
+        self._resend_later += again
     def _resend(self, keys: list[bytes]) -> None:
         keys = [k for k in keys if k in self._pending]
         if keys:
             self._nursery.start_soon(self._send, keys)
 
     def _snapshot(self) -> bytes:
-        head = _SNAPSHOT.pack(self.applied, self._limit_in_force or 0, len(self._dedup), 0)
+        head = _SNAPSHOT.pack(self.applied, self._limit_in_force or 0, len(self._dedup), self.digest)
         return head + b"".join(self._dedup) + self.store.snapshot()
 
     def _load(self, image: bytes) -> None:
-        applied, limit, count, _ = _SNAPSHOT.unpack_from(image)
+        applied, limit, count, digest = _SNAPSHOT.unpack_from(image)
         start = _SNAPSHOT.size + 16 * count
         if len(image) < start:
             raise ValueError("short snapshot")
         ids = [image[_SNAPSHOT.size + 16 * i:_SNAPSHOT.size + 16 * (i + 1)] for i in range(count)]
         self.store.restore(image[start:])
-        self.applied, self._limit_in_force = applied, limit or None
+        self.applied, self._limit_in_force, self.digest = applied, limit or None, digest
         self._dedup = OrderedDict.fromkeys(ids)
 
     # ------------------------------------------------------------ the replicated state machine
 
-    def _apply(self, sender: int, op: Op) -> None:
+    def _apply(self, sender: int, op: Op, raw: bytes) -> None:
         """Apply one op of the ordered stream. Only what the op carries may decide
         (never this replica's clock or configuration): that keeps replicas equal."""
         if isinstance(op, (Hello, State)):
             return
         self.applied += 1
+        self.digest = _chain(self.digest, sender, raw)
         leased: list[Message] = []
         settled: list[int] = []
         if isinstance(op, Put):
             self._apply_put(op)
+        elif not self._first_time(_request_id(sender, op.request)):
+            pass  # sent again after a view change that had applied it: once is enough
         elif isinstance(op, Get):
             leased = self._apply_get(sender, op)
         elif isinstance(op, Settle):
@@ -721,11 +825,23 @@ class ReplicatedQueue:
         self._finish_own(sender, op, None, leased, settled)
         self._notify()
 
+    def _remembered(self, key: bytes) -> bool:
+        """Whether the state holds our write ``key`` (a PUT's id, or ``_request``'s key)."""
+        if len(key) == 9:  # a request: b"r" + its number
+            key = _request_id(self.me, _U64.unpack_from(key, 1)[0])
+        return key in self._dedup
+
+    def _first_time(self, key: bytes) -> bool:
+        """Remember ``key`` (a PUT's or a request's id); whether it was new."""
+        if key in self._dedup:
+            return False
+        self._dedup[key] = None
+        if len(self._dedup) > self._dedup_window:
+            self._dedup.popitem(last=False)
+        return True
+
     def _apply_put(self, op: Put) -> None:
-        if op.msg_id not in self._dedup:
-            self._dedup[op.msg_id] = None
-            if len(self._dedup) > self._dedup_window:
-                self._dedup.popitem(last=False)
+        if self._first_time(op.msg_id):
             expires_at = op.expires_ms / 1000 if op.expires_ms else None
             self.store.put_many(QUEUE, [(op.body, op.priority)], [op.msg_id], expires_at=expires_at)
 

@@ -504,14 +504,20 @@ class QueueStore:
 
     def leased_to(self, queue: str, consumer: str, tags: Sequence[int]) -> list[int]:
         """Those of ``tags`` that are leased to ``consumer`` now, in the order given."""
-        held: set[int] = set()
+        return self._tags_where(queue, tags, "state=1 AND owner=?", (consumer,))
+
+    def present(self, queue: str, tags: Sequence[int]) -> list[int]:
+        """Those of ``tags`` still in ``queue`` (ready, leased or dead), in the order given."""
+        return self._tags_where(queue, tags, "1", ())
+
+    def _tags_where(self, queue: str, tags: Sequence[int], where: str, args: tuple[object, ...]) -> list[int]:
+        found: set[int] = set()
         for start in range(0, len(tags), 500):
             chunk = list(tags[start:start + 500])
             marks = ",".join("?" * len(chunk))
-            held.update(row[0] for row in self._db.execute(
-                f"SELECT seq FROM messages WHERE queue=? AND state=1 AND owner=? AND seq IN ({marks})",
-                (queue, consumer, *chunk)))
-        return [tag for tag in tags if tag in held]
+            found.update(row[0] for row in self._db.execute(
+                f"SELECT seq FROM messages WHERE queue=? AND {where} AND seq IN ({marks})", (queue, *args, *chunk)))
+        return [tag for tag in tags if tag in found]
 
     def lease_owners(self, queue: str) -> list[str]:
         """The consumers holding a lease in ``queue``."""
