@@ -25,6 +25,12 @@ Sections (``--only`` picks some; default all):
 * ``scaling``: sgcs msg/s per member at 4, 8 and 16 members, FIFO and total, each
   member sending 80,000 / N messages (every member receives 80,000); JGroups
   ``udp.xml`` / ``sequencer.xml`` at the same sizes unless ``--no-scaling-jgroups``;
+* ``corosync``: on the same terms as Corosync 3 CPG (one member per network
+  namespace on a bridge; ``benchmarks/bench_netns.py`` for sgcs,
+  ``/work/shared/bench/corosync/run.sh`` for Corosync, knet transport; needs
+  root): 3 and 4 members x 20,000 x 1,000 B, sgcs total and safe order against
+  CPG's agreed order, msg/s received per member; 3 members x 250 msg/s x 1,000 B,
+  latency p50/p99, sgcs FIFO and total against CPG's agreed order;
 * ``quorum``: a replicated queue of 3 replicas, 10,000 puts of 100 B in batches of
   50 (each batch acknowledged before the next), kill -9 of a replica that is not
   the producer's while the puts go on (sgcs: within 1.5 s of the start; RabbitMQ:
@@ -82,7 +88,7 @@ JGROUPS_DIR = SHARED_BENCH / "jgroups"
 PEERS_DIR = SHARED_BENCH / "peers"
 SGCS = ROOT / ".venv" / "bin" / "sgcs"
 ALLOW_PURE = False  # --allow-pure
-SECTIONS = ("fifo", "total", "safe", "raft", "latency", "startup", "scaling", "quorum")
+SECTIONS = ("fifo", "total", "safe", "raft", "latency", "startup", "scaling", "quorum", "corosync")
 SCALING_SIZES = (4, 8, 16)
 
 Figures = dict[str, Any]
@@ -241,6 +247,35 @@ def membership_start(system: str, preset: str = "default") -> Job:
         command += ["--preset", preset]
     label = f"{system}{' ' + preset if system == 'kinship' else ''} start 8"
     return Job(label, system if system == "sgcs" else f"kinship {preset}", tuple(command), 200.0, parse_json)
+
+
+def sgcs_netns(members: int, messages: int, size: int, order: str, rate: float | None = None) -> Job:
+    """``sgcs bench`` with one member per network namespace (``bench_netns.py``)."""
+    bench = sgcs_bench(members, messages, size, order, rate)
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_netns.py"), "--members", str(members),
+               "--messages", str(messages), "--size", str(size), "--order", order, "--json",
+               "--timeout", f"{bench.limit - 15:.0f}"] + (["--rate", f"{rate:g}"] if rate else [])
+    return Job("netns " + bench.label, "sgcs", tuple(command), bench.limit, parse_json)
+
+
+def corosync(members: int, messages: int, size: int, rate: float | None = None) -> Job:
+    mode = "latency" if rate else "throughput"
+    command = ["env", f"RATE={rate:g}" if rate else "RATE=250", f"SECS={messages / rate:g}" if rate else "SECS=10",
+               "bash", str(SHARED_BENCH / "corosync" / "run.sh"), str(members), str(messages), str(size), mode]
+    label = f"corosync {members}x{messages}x{size}" + (f" @{rate:g}/s" if rate else "")
+    return Job(label, "Corosync CPG", tuple(command), 600.0, parse_corosync)
+
+
+COROSYNC_FIGURE = re.compile(r"(recv_rate_median|latency_p50_ms|latency_p99_ms)=(\d+(?:\.\d+)?)")
+
+
+def parse_corosync(stdout: str) -> Figures:
+    """``run.sh``'s summary line: ``recv_rate_median=`` (throughput) or ``latency_p50_ms=``/``latency_p99_ms=``."""
+    found = {key: float(value) for key, value in COROSYNC_FIGURE.findall(stdout)}
+    if not found:
+        raise ValueError("no figure in Corosync's run.sh output")
+    return {("rate_median" if key == "recv_rate_median" else key): value for key, value in found.items()} | \
+        {"line": stdout.strip().splitlines()[-1]}
 
 
 def replicated_queue(messages: int) -> Job:
@@ -409,6 +444,11 @@ def bouts_for(section: str, plan: Plan, args: argparse.Namespace, only: set[str]
                      [membership_start("kinship", "default"), membership_start("kinship", "local")])]
     if section == "quorum":
         return [Bout([replicated_queue(plan.quorum_messages)], [rabbit_quorum(plan.quorum_messages)])]
+    if section == "corosync":
+        n = plan.latency_messages
+        return [Bout([sgcs_netns(members, m, 1000, order) for order in ("total", "safe")], [corosync(members, m, 1000)])
+                for members in (3, 4)] + \
+            [Bout([sgcs_netns(3, n, 1000, order, rate=250) for order in ("fifo", "total")], [corosync(3, n, 1000, 250)])]
     if section == "scaling":
         out = []
         for n in SCALING_SIZES:
@@ -501,6 +541,21 @@ def rows_for(section: str, plan: Plan, args: argparse.Namespace, only: set[str],
                     "RabbitMQ quorum queue", figures(runs, rq, "acknowledged_lost")),
                 Row("  same: messages received twice", figures(runs, sg, "duplicates"),
                     "RabbitMQ quorum queue", figures(runs, rq, "duplicates"))]
+    if section == "corosync":
+        n, rows = plan.latency_messages, []
+        for members in (3, 4):
+            cpg = figures(runs, f"corosync {members}x{m}x1000", "rate_median")
+            for order in ("total", "safe"):
+                rows.append(Row(f"namespaces, {order} order, {members} members × {m:,} × 1,000 B: msg/s received "
+                                "per member", figures(runs, f"netns sgcs {order} {members}x{m}x1000", "rate_median"),
+                                "Corosync CPG agreed", cpg))
+        for order in ("fifo", "total"):
+            for q in ("p50", "p99"):
+                rows.append(Row(f"namespaces, {order}, 3 members × 250 msg/s × 1,000 B: latency {q} (ms)",
+                                figures(runs, f"netns sgcs {order} 3x{n}x1000 @250/s", f"latency_{q}_ms"),
+                                "Corosync CPG agreed", figures(runs, f"corosync 3x{n}x1000 @250/s", f"latency_{q}_ms"),
+                                " ms", 2))
+        return rows
     if section == "scaling":
         rows = []
         for order, stack in (("fifo", "udp.xml"), ("total", "sequencer.xml")):

@@ -87,3 +87,16 @@ def test_bad_input_exits_2_with_one_line(args: list[str], expected: str, capsys:
     err = capsys.readouterr().err
     assert code == 2
     assert expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_members_run_where_their_hosts_say() -> None:
+    """Each member runs under its host's command prefix, bound to its address
+    (``benchmarks/bench_netns.py`` passes network namespaces; ``env`` stands in)."""
+    from sgcs.apps.bench import BenchOptions, run_bench
+    from sgcs.errors import UsageError
+
+    with pytest.raises(UsageError, match="hosts: 1 given for 2 members"):
+        BenchOptions(members=2, messages=10, size=64, hosts=(("127.0.0.1", ()),))
+    hosts = tuple(("127.0.0.1", ("env", f"SGCS_BENCH_HOST={i}")) for i in range(2))
+    report = run_bench(BenchOptions(members=2, messages=20, size=64, hosts=hosts), progress=False).to_json()
+    assert report["hosts"] == ["127.0.0.1", "127.0.0.1"] and report["delivered"] == [40, 40]

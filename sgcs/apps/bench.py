@@ -108,6 +108,10 @@ class BenchOptions:
     """Encrypt datagram bodies (``Config.encrypt``)."""
     settings: tuple[tuple[str, Any], ...] = ()
     """Protocol ``Config`` fields for every member (``--set``), e.g. (("ack_interval", 0.002),)."""
+    hosts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Per member, where it runs: (its address, the command prefix that runs it
+    there, e.g. ``ip netns exec NAME``); empty: every member on 127.0.0.1.
+    ``benchmarks/bench_netns.py`` runs members in network namespaces this way."""
 
     def __post_init__(self) -> None:
         _check_int("members", self.members, 1, MAX_MEMBERS)
@@ -119,6 +123,8 @@ class BenchOptions:
             raise UsageError(f"--rate must be a positive number of messages per second, got {self.rate}")
         if self.timeout is not None and not self.timeout > 0:
             raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout}")
+        if self.hosts and len(self.hosts) != self.members:
+            raise UsageError(f"hosts: {len(self.hosts)} given for {self.members} members")
         if self.secret is not None and len(self.secret) < SECRET_MIN:
             raise UsageError(f"--secret must be at least {SECRET_MIN} bytes (sgcs keygen prints one)")
         known = {f.name for f in dataclasses.fields(Config)}
@@ -170,7 +176,7 @@ class BenchReport:
             "hot_path": _compiled.describe(),
             "members": o.members, "messages": o.messages, "size": o.size, "order": o.order,
             "rate_offered": o.rate, "max_datagram": o.max_datagram, "encrypt": o.encrypt,
-            "settings": dict(o.settings),
+            "settings": dict(o.settings), "hosts": [address for address, _ in o.hosts] or None,
             "delivered": [m["delivered"] for m in self.members],
             "rates": [round(r, 1) for r in self.rates],
             "rate_median": round(statistics.median(self.rates), 1),
@@ -207,13 +213,15 @@ def run_bench(options: BenchOptions, progress: bool | None = None) -> BenchRepor
     states: list[_MemberState] = []
     try:
         for index in range(options.members):
+            address, prefix = options.hosts[index] if options.hosts else ("127.0.0.1", ())
             spec = MemberSpec(
                 index=index, members=options.members, messages=options.messages, size=options.size,
                 order=options.order, rate=options.rate, max_datagram=options.max_datagram,
                 multicast_group=group, multicast_port=port, view_timeout=min(VIEW_TIMEOUT, timeout),
-                encrypt=options.encrypt, settings=dict(options.settings),
+                encrypt=options.encrypt, settings=dict(options.settings), bind_host=address,
             )
-            states.append(_MemberState(index, *spawn("sgcs.apps.bench_member", index, spec.to_json(), secret, events)))
+            states.append(_MemberState(index, *spawn("sgcs.apps.bench_member", index, spec.to_json(), secret, events,
+                                                     prefix)))
         with _progress_bar(options, show) as update:
             _wait(states, events, deadline, timeout, "done", update)
             wall = time.monotonic() - started

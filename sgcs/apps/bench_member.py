@@ -8,7 +8,8 @@ in the environment (``sgcs.apps.members.SECRET_ENV``, hex) rather than on the
 command line. The member uses nothing but the public trio API, so the figures are
 those a user gets:
 
-1. open a node on 127.0.0.1 with the run's own multicast group and port, and
+1. open a node on 127.0.0.1 (or the address its network namespace gives it)
+   with the run's own multicast group and port, and
    join the group "bench" by discovery (``members=None``);
 2. wait until the view holds all N members (``view_timeout``);
 3. a start barrier: the discovered members' streams start at the first
@@ -95,6 +96,8 @@ class MemberSpec:
     encrypt: bool = False
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Further Config fields (``sgcs bench --set``)."""
+    bind_host: str = "127.0.0.1"
+    """Where the member's node binds: loopback, or its network namespace's address."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -234,7 +237,7 @@ async def run_member(spec: MemberSpec, secret: bytes) -> None:
         **spec.settings,
     }
     config = sgcs.Config(
-        name=f"bench-{spec.index}", secret=secret, bind_host="127.0.0.1",
+        name=f"bench-{spec.index}", secret=secret, bind_host=spec.bind_host,
         multicast_group=spec.multicast_group, multicast_port=spec.multicast_port,
         max_datagram=spec.max_datagram, encrypt=spec.encrypt, **fields,
     )

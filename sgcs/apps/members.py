@@ -90,17 +90,19 @@ class Child:
 
 
 def spawn(
-    module: str, index: int, spec_json: str, secret: bytes, lines: Lines
+    module: str, index: int, spec_json: str, secret: bytes, lines: Lines, prefix: Sequence[str] = ()
 ) -> tuple[subprocess.Popen[str], IO[str]]:
     """Start ``python -P -m module spec_json``; its JSON lines go to ``lines``.
 
     ``-P``: the working directory is not put on the child's ``sys.path``, so
-    modules lying there cannot shadow sgcs's dependencies.
+    modules lying there cannot shadow sgcs's dependencies. ``prefix``: a
+    command that runs it elsewhere, e.g. ``ip netns exec NAME`` (which execs
+    the program, so the child's pid stays the member's).
     """
     stderr = tempfile.TemporaryFile(mode="w+", prefix="sgcs-member-")
     env = {**os.environ, SECRET_ENV: secret.hex()}
     process = subprocess.Popen(
-        [sys.executable, "-P", "-m", module, spec_json],
+        [*prefix, sys.executable, "-P", "-m", module, spec_json],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True, bufsize=1,
     )
     threading.Thread(target=_read_lines, args=(index, process.stdout, lines), daemon=True).start()
