@@ -136,11 +136,17 @@ def minority(members: int) -> int:
     return (members - 1) // 2
 
 
-def schedule(seed: int, members: int, seconds: float, kinds: Sequence[str] = KINDS, overlap: int = 2) -> list[Fault]:
+def schedule(seed: int, members: int, seconds: float, kinds: Sequence[str] = KINDS, overlap: int = 2,
+             outage: tuple[int, float, float] | None = None) -> list[Fault]:
     """The faults of a run, from ``random.Random(seed)`` alone. Faults start
     in order; a fault is drawn only where fewer than ``overlap`` are active,
     and a kill or pause only where fewer than ``minority(members)`` members
-    are down (it takes a member that is up)."""
+    are down (it takes a member that is up). ``outage`` (member, start, end):
+    one more kill, last in the list, of that member for that long (a replica
+    that misses thousands of writes); no other kill or pause takes it near
+    then, and it counts as down for the minority rule."""
+    held = [] if outage is None else [Fault(0, "kill", outage[1], outage[2], members=(outage[0],))]
+    longest = max(DURATION.values(), key=lambda d: d[1])[1]
     rng = random.Random(seed)
     faults: list[Fault] = []
     t = rng.uniform(*FAULT_GAP)
@@ -152,11 +158,12 @@ def schedule(seed: int, members: int, seconds: float, kinds: Sequence[str] = KIN
         kind = rng.choice(list(kinds))
         low, high = DURATION.get(kind, NETWORK_DURATION)
         end = round(min(t + rng.uniform(low, high), seconds), 3)
-        fault = _draw(rng, kind, members, active)
+        near = [f for f in held if f.start - longest <= t <= f.end]
+        fault = _draw(rng, kind, members, active + near)
         if fault is not None:
             faults.append(replace(fault, index=len(faults), start=round(t, 3), end=max(end, round(t + MIN_FAULT, 3))))
         t += rng.uniform(*FAULT_GAP)
-    return faults
+    return faults + [replace(f, index=len(faults)) for f in held]
 
 
 def _draw(rng: random.Random, kind: str, members: int, active: list[Fault]) -> Fault | None:
@@ -802,10 +809,22 @@ class Outcome:
                 and self.without_outcome == 0 and not any(self.violations.values()) and bool(self.violations))
 
 
+def _outage(text: str) -> tuple[int, float, float]:
+    try:
+        member, start, end = text.split(":")
+        outage = int(member), float(start), float(end)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--outage takes MEMBER:START:END, got {text!r}") from None
+    if not (outage[0] >= 1 and 0 < outage[1] < outage[2]):
+        raise argparse.ArgumentTypeError(f"--outage: a member id from 1 and 0 < START < END, got {text!r}")
+    return outage
+
+
 def replay_command(args: argparse.Namespace) -> str:
     return (f"python benchmarks/nemesis.py --members {args.members} --seconds {args.seconds:g} --order {args.order} "
             f"--seed {args.seed} --faults {','.join(args.faults)} --overlap {args.overlap} --rate {args.rate:g}"
-            + (" --workload queue" if args.workload == "queue" else ""))
+            + (" --workload queue" if args.workload == "queue" else "")
+            + (" --outage {}:{:g}:{:g}".format(*args.outage) if args.outage else ""))
 
 
 def queue_figures(members: Members) -> dict[str, Any]:
@@ -852,7 +871,7 @@ def queue_figures(members: Members) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, workdir: Path, say: Callable[[str], None] = print) -> Outcome:
     """One nemesis run in ``workdir``: form, play the faults, heal, settle, stop, check."""
-    faults = schedule(args.seed, args.members, args.seconds, args.faults, args.overlap)
+    faults = schedule(args.seed, args.members, args.seconds, args.faults, args.overlap, args.outage)
     outcome = Outcome(args.seed, args.order, args.members, args.seconds)
     say(f"{len(faults)} faults planned over {args.seconds:g} s: {dict(Counter(f.kind for f in faults))}")
     lifetime = args.seconds + args.settle_timeout + FORM_TIMEOUT + 120
@@ -1003,6 +1022,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--workload", default="group", choices=("group", "queue"),
                         help="group: multicasts in --order; queue: every member a replica of one replicated queue "
                              "(safe order), putting at --rate and consuming")
+    parser.add_argument("--outage", type=_outage, default=None, metavar="MEMBER:START:END",
+                        help="also kill MEMBER from START to END seconds (e.g. a replica that misses 10,000 writes)")
     parser.add_argument("--keep", type=Path, default=None, help="run directory (traces, members' stderr) to keep")
     parser.add_argument("--json", type=Path, default=None, help="write the summary here as JSON")
     args = parser.parse_args(argv)
@@ -1012,6 +1033,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         parser.error(f"--faults: unknown kinds {unknown}" if unknown else "--faults: none given")
     if not 2 <= args.members <= len(netns.HOSTS):
         parser.error(f"--members: 2 to {len(netns.HOSTS)}")
+    if args.outage and (args.outage[0] > args.members or args.outage[2] > args.seconds):
+        parser.error(f"--outage: member 1 to {args.members}, ending by --seconds ({args.seconds:g})")
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(2**31)
     return args

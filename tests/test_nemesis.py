@@ -56,6 +56,20 @@ def test_schedules_keep_to_the_overlap_and_minority_rules(members: int, overlap:
                 assert fault.members and set(fault.members) <= set(range(1, members + 1))
 
 
+def test_an_outage_is_one_more_kill_and_nothing_else_takes_its_member_then() -> None:
+    for seed in range(100):
+        faults = nemesis.schedule(seed, 5, 600.0, overlap=3, outage=(5, 40.0, 560.0))
+        last = faults[-1]
+        assert (last.kind, last.members, last.start, last.end, last.index) == ("kill", (5,), 40.0, 560.0,
+                                                                               len(faults) - 1)
+        for fault in faults[:-1]:
+            if fault.kind in nemesis.PROCESS_KINDS and fault.end >= 40.0 and fault.start <= 560.0:
+                assert fault.members != (5,), (seed, fault)
+                others = [f for f in faults[:-1] if f.kind in nemesis.PROCESS_KINDS
+                          and f.start <= fault.start < f.end]
+                assert len(others) + 1 <= nemesis.minority(5), (seed, fault)  # with the outage: still a minority
+
+
 def test_only_the_kinds_asked_for_and_no_process_faults_for_two_members() -> None:
     for seed in range(50):
         assert {f.kind for f in nemesis.schedule(seed, 5, 60.0, ["loss", "kill"])} <= {"loss", "kill"}
