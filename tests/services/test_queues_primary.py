@@ -306,3 +306,26 @@ async def test_the_provider_applies_nothing_before_its_last_state_chunk() -> Non
         queue._on_op(1, rq.decode_op_untrusted(chunk), chunk)
         await trio.testing.wait_all_tasks_blocked()
         assert queue.standing is Standing.SETTLED and queue.depth() == 1 and len(outcome) == 1
+
+
+async def test_restarted_replicas_do_not_make_a_primary_with_an_older_state() -> None:
+    """Three of five replicas, two of them restarted (no state), once formed a
+    primary from the third's older state, and an ACK acknowledged in the
+    newer primary (1, 3, 4) was undone (nemesis, queue workload, --outage,
+    seed 302475798). A view is primary only with a majority of the members
+    of the last primary anyone knows that still hold its state, or with
+    every replica."""
+    async with trio.open_nursery() as nursery:
+        queue = silent_replica(nursery, 5, (1, 2, 3))
+        queue.me = queue.group.node_id = 2  # type: ignore[misc]
+        queue.generation, queue.primary = 5, (1, 2, 3)
+        for members, primary in (((2, 3, 4), False), ((1, 2, 3, 4, 5), True), ((1, 2, 4), True)):
+            view = sgcs.ViewChange(f"v{len(members)}.2-x", members, "sgcs.rq.jobs", joined=(3, 4), failed=(3, 4))
+            queue._on_view(view)
+            token = rq._view_token(view.view_id)
+            for member in members:
+                hello = rq.Hello(token, 5, 0, 0, (1, 2, 3)) if member in (1, 2) else rq.Hello(token, 0, 0, 0)
+                queue._on_op(member, hello, b"")
+            assert (queue.standing is not Standing.MINORITY) is primary, members
+            if primary:
+                queue.standing, queue.generation, queue.primary = Standing.SETTLED, 5, (1, 2, 3)

@@ -40,7 +40,11 @@ communication system). ``replicas`` is the size of the replica set; a view
 holding more than half of it is primary, and only there do ops apply. In any
 other view every op is refused at every member of it (the same decision
 everywhere: it depends on the view alone), and the writer gets
-``NotPrimary``, so a minority never acknowledges a write.
+``NotPrimary``, so a minority never acknowledges a write. A view of a
+majority whose members did not all move from one settled primary is primary
+only once their HELLOs show that it holds a majority of the last primary's
+members that still hold its state, or every replica
+(``_holds_the_last_primary``): a restarted replica holds nothing.
 
 **State transfer.** A view change is one more point in the stream (virtual
 synchrony: the members that move together deliver the same ops before it).
@@ -133,14 +137,14 @@ from .store import (
 OP_VERSION = 4
 """First byte of every op (version 1 had none, no TTL and no delivery limit; version 2
 had no primary component, no state transfer and no request ids on ACK, RELEASE, PURGE;
-version 3 had no digest in HELLO)."""
+version 3 had no digest and no last primary in HELLO)."""
 PUT, GET, ACK, RELEASE, PURGE, HELLO, STATE = 1, 2, 3, 4, 5, 6, 7
 _HEAD = struct.Struct(">BB")
 _PUT = struct.Struct(">BB16sBQ")
 _GET = struct.Struct(">BBQHQI")
 _TAGS = struct.Struct(">BBQH")
 _PURGE = struct.Struct(">BBQ")
-_HELLO = struct.Struct(">BBQQQQ")
+_HELLO = struct.Struct(">BBQQQQH")
 _STATE = struct.Struct(">BBQII")
 _U64 = struct.Struct(">Q")
 QUEUE = "q"
@@ -200,6 +204,8 @@ class Hello:
     applied: int
     digest: int
     """The chain of every op its state applied (``_chain``): equal standing, equal state."""
+    primary: tuple[int, ...] = ()
+    """The members of the primary view in which its state reached ``generation``."""
 
     @property
     def standing(self) -> tuple[int, int, int]:
@@ -227,7 +233,8 @@ def encode_op(op: Op) -> bytes:
         return (_TAGS.pack(OP_VERSION, RELEASE if op.release else ACK, op.request, len(op.tags))
                 + b"".join(_U64.pack(t) for t in op.tags))
     if isinstance(op, Hello):
-        return _HELLO.pack(OP_VERSION, HELLO, op.view, op.generation, op.applied, op.digest)
+        return (_HELLO.pack(OP_VERSION, HELLO, op.view, op.generation, op.applied, op.digest, len(op.primary))
+                + b"".join(_U64.pack(m) for m in op.primary))
     if isinstance(op, State):
         return _STATE.pack(OP_VERSION, STATE, op.view, op.index, op.total) + op.chunk
     return _PURGE.pack(OP_VERSION, PURGE, op.request)
@@ -268,10 +275,13 @@ def decode_op_untrusted(data: bytes) -> Op:
             raise DecodeError("length", "purge")
         return Purge(_PURGE.unpack(data)[2])
     if kind == HELLO:
-        if len(data) != _HELLO.size:
+        if len(data) < _HELLO.size:
             raise DecodeError("length", "hello")
-        _, _, view, generation, applied, digest = _HELLO.unpack(data)
-        return Hello(view, generation, applied, digest)
+        _, _, view, generation, applied, digest, count = _HELLO.unpack_from(data)
+        if len(data) != _HELLO.size + 8 * count:
+            raise DecodeError("length", "hello")
+        primary = tuple(_U64.unpack_from(data, _HELLO.size + 8 * i)[0] for i in range(count))
+        return Hello(view, generation, applied, digest, primary)
     if kind == STATE:
         if len(data) < _STATE.size or len(data) - _STATE.size > STATE_CHUNK:
             raise DecodeError("length", "state")
@@ -359,6 +369,8 @@ class ReplicatedQueue:
         """The chain of every op applied (``_chain``)."""
         self.generation = 0
         """Primary views this replica's state went through (a snapshot's receiver takes the provider's)."""
+        self.primary: tuple[int, ...] = ()
+        """The members of the primary view in which the state reached ``generation`` (none yet: ())."""
         self.standing = Standing.MINORITY
         self.dropped_undecodable = 0
         self.refused = 0
@@ -667,19 +679,19 @@ class ReplicatedQueue:
         docstring, Transitional views)."""
         self.transitional = True
 
-    def _enter_minority(self, size: int) -> None:
+    def _enter_minority(self, size: int, why: str = ", not a majority") -> None:
         self.standing = Standing.MINORITY
         for pending in self._pending.values():
             if pending.kept and pending.leased:
                 self._orphans += [m.tag for m in pending.leased]
             pending.finish(NotPrimary(f"replicated queue {self.name}: this replica's view holds {size} of "
-                                      f"{self.replicas} replicas, not a majority"
+                                      f"{self.replicas} replicas{why}"
                                       + ("; the write may have been applied" if pending.kept else "")))
         self._pending, self._sent, self._buffer = {}, {}, []
         self._notify()
 
     def _hello(self) -> bytes:
-        return encode_op(Hello(self._view, self.generation, self.applied, self.digest))
+        return encode_op(Hello(self._view, self.generation, self.applied, self.digest, self.primary))
 
     def _on_hello(self, sender: int, hello: Hello) -> None:
         if self.standing is not Standing.SYNCING or hello.view != self._view or sender not in self.members:
@@ -689,6 +701,9 @@ class ReplicatedQueue:
             return
         # The settle point: the same place in every member's stream.
         provider, best = max(self._hellos.items(), key=lambda kv: (kv[1].generation, kv[1].applied, -kv[0]))
+        if not self._holds_the_last_primary(best):
+            self._enter_minority(len(self.members), "; too few of the replicas that hold its latest state are here")
+            return
         self._provider = provider
         self._behind = frozenset(m for m, h in self._hellos.items() if h.standing != best.standing)
         self._next_generation = best.generation + 1
@@ -702,6 +717,23 @@ class ReplicatedQueue:
             ops = [encode_op(State(self._view, i, len(chunks), c)) for i, c in enumerate(chunks)]
             self._outgoing = (self._view, ops)
             self._nursery.start_soon(self._send_raw, list(ops))
+
+    def _holds_the_last_primary(self, best: Hello) -> bool:
+        """Amir's dynamic linear voting, for replicas that keep their state in
+        memory: a view is primary only if it holds a majority of the members of
+        the last primary view any of us knows (``best.primary``, of the highest
+        generation) *that still hold its state*. A restarted replica holds
+        nothing: three of five replicas, two of them restarted, once formed a
+        primary with an older state, and a message acknowledged (ACK) in the
+        newer one was handed out again (nemesis, queue workload, --outage,
+        seed 302475798). Each primary then holds a majority of the one before,
+        so no primary can start from a state older than an acknowledged write.
+        When every replica is here, the best state that survived is the one
+        to go on from: nothing newer can be heard from anyone."""
+        if not best.primary or len(self.members) >= self.replicas:
+            return True
+        holders = sum(1 for m, h in self._hellos.items() if h.generation == best.generation and m in best.primary)
+        return 2 * holders > len(best.primary)
 
     def _on_state(self, sender: int, state: State) -> None:
         if sender == self.me and self._outgoing is not None and state.view == self._outgoing[0]:
@@ -728,7 +760,7 @@ class ReplicatedQueue:
 
     def _become_settled(self, behind: frozenset[int]) -> None:
         """Ops apply from here: first those delivered while this view settled."""
-        self.generation = self._next_generation
+        self.generation, self.primary = self._next_generation, self.members
         for owner in self.store.lease_owners(QUEUE):
             member = int(owner[2:]) if owner.startswith("m:") and owner[2:].isdigit() else None
             if member is None or member not in self.members or member in behind:
