@@ -234,7 +234,12 @@ async def test_a_write_delivered_in_a_transitional_view_is_applied_and_decided_i
         queue._on_op(1, rq.decode_op_untrusted(op), op)
         await trio.testing.wait_all_tasks_blocked()
         assert queue.depth() == 1 and outcome == [], "applied, not yet acknowledged"
-        queue._on_view(sgcs.ViewChange("v2.1-x", (1, 2), "sgcs.rq.jobs", failed=(3,)))
+        view = sgcs.ViewChange("v2.1-x", (1, 2), "sgcs.rq.jobs", failed=(3,))
+        queue._on_view(view)
+        assert queue.standing is Standing.SYNCING, "every primary view begins with the HELLOs"
+        hello = rq.Hello(rq._view_token(view.view_id), queue.generation, queue.applied, queue.digest, queue.primary)
+        for member in (1, 2):  # 2 moved with us: the same standing
+            queue._on_op(member, hello, b"")
         await trio.testing.wait_all_tasks_blocked()
         assert queue.standing is Standing.SETTLED and outcome == [rq.decode_op_untrusted(op).msg_id]  # type: ignore[union-attr]
 

@@ -41,17 +41,13 @@ holding more than half of it is primary, and only there do ops apply. In any
 other view every op is refused at every member of it (the same decision
 everywhere: it depends on the view alone), and the writer gets
 ``NotPrimary``, so a minority never acknowledges a write. A view of a
-majority whose members did not all move from one settled primary is primary
-only once their HELLOs show that it holds a majority of the last primary's
+majority is primary only once its HELLOs show that it holds a majority of the last primary's
 members that still hold its state, or every replica
 (``_holds_the_last_primary``): a restarted replica holds nothing.
 
 **State transfer.** A view change is one more point in the stream (virtual
 synchrony: the members that move together deliver the same ops before it).
-When every member of a new primary view comes from one settled primary view
-(no ``joined``), their states are equal and ops go on applying. Otherwise
-(a joiner, a restarted replica, a healed partition) ops wait: each replica
-multicasts HELLO(view, generation, applied, digest), where ``generation``
+In every primary view ops first wait: each replica multicasts HELLO(view, generation, applied, digest), where ``generation``
 counts the primary views its state went through and ``digest`` chains every
 op it applied. Once all are delivered (the same point in every stream) the
 replica with the highest (generation, applied), lowest id on ties, is the
@@ -647,7 +643,6 @@ class ReplicatedQueue:
         the same state and go on at once; otherwise each tells its standing
         (HELLO) and, once all are heard, the one furthest on provides its
         snapshot to those behind (Amir's primary component, state by transfer)."""
-        settled_before = self.standing is Standing.SETTLED
         self.transitional = False
         self.members, self.view_id = event.members, event.view_id
         self._view = _view_token(event.view_id)
@@ -661,15 +656,13 @@ class ReplicatedQueue:
         if 2 * len(event.members) <= self.replicas:
             self._enter_minority(len(event.members))
             return
-        elif settled_before and not event.joined:
-            self._next_generation = self.generation + 1
-            self._resend_later = resend
-            self._become_settled(frozenset())
-            return
-        else:
-            self.standing = Standing.SYNCING
-            self._resend_later = resend
-            self._nursery.start_soon(self._send_raw, [self._hello()])
+        # Every primary view begins with the HELLOs, even when its members all
+        # come from one primary: one of them may not have settled there (it was
+        # still fetching), and going on at once left a primary whose state only
+        # a minority of the last one held (nemesis, --outage, seed 1801133701).
+        self.standing = Standing.SYNCING
+        self._resend_later = resend
+        self._nursery.start_soon(self._send_raw, [self._hello()])
         self._notify()
 
     def _on_transitional(self, event: sgcs.TransitionalView) -> None:
