@@ -6,6 +6,7 @@ loss, duplication, reordering and crashes of both stores)."""
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -302,6 +303,7 @@ class ForwardMachine(RuleBasedStateMachine):
         assert self.receiver.info("q").ready + len(self.consumed) == len(self.committed)
         self.sender.close()
         self.receiver.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 TestForwardMachine = ForwardMachine.TestCase
@@ -388,6 +390,7 @@ class ReceiveMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.store.close()
+        shutil.rmtree(self.path.parent, ignore_errors=True)
 
 
 TestReceiveMachine = ReceiveMachine.TestCase
