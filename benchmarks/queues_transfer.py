@@ -51,8 +51,13 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
             node = await stack.enter_async_context(sgcs.open_node(sgcs.Config(name=f"q{i}", secret=SECRET, **net)))
             queues.append(await stack.enter_async_context(open_replicated_queue(node, "big", replicas=3)))
         a, b = queues
+        # a first start needs the whole replica set; then the third leaves, to join again late
+        async with sgcs.open_node(sgcs.Config(name="q2", secret=SECRET, **net)) as node, \
+                open_replicated_queue(node, "big", replicas=3) as first, trio.fail_after(60):
+            while not all(q.standing is Standing.SETTLED and len(q.members) == 3 for q in (a, b, first)):
+                await trio.sleep(0.05)
         with trio.fail_after(60):
-            while not (a.standing is Standing.SETTLED and b.standing is Standing.SETTLED):
+            while not all(q.standing is Standing.SETTLED and len(q.members) == 2 for q in (a, b)):
                 await trio.sleep(0.05)
         count = args.megabytes * 1_000_000 // BODY
         filled = time.monotonic()

@@ -138,6 +138,7 @@ async def run_queue(args: argparse.Namespace) -> None:
     async with sgcs.open_node(config_of(args), trace=args.trace) as node, \
             open_replicated_queue(node, "jobs", replicas=args.queue) as queue:
         emit("ready", id=node.id, pid=os.getpid(), address=list(node.address))
+        _trace_replica(queue)
 
         async def views() -> None:
             seen = None
@@ -159,7 +160,8 @@ async def run_queue(args: argparse.Namespace) -> None:
                     except NotPrimary:
                         emit("refused", msg=body.decode())
                     else:
-                        emit("acked", msg=body.decode(), members=len(queue.members))
+                        emit("acked", msg=body.decode(), members=len(queue.members), gen=queue.generation,
+                             applied=queue.applied, trans=queue.transitional)
                     continue
                 emit("put_timeout", msg=body.decode())
 
@@ -188,6 +190,53 @@ async def run_queue(args: argparse.Namespace) -> None:
         digest = hashlib.blake2b(repr(rows).encode(), digest_size=16).hexdigest()
         emit("queue_state", applied=queue.applied, digest=digest, standing=queue.standing.value,
              members=list(queue.members), remaining=[row[6].decode() for row in rows])
+
+
+def _trace_replica(queue: Any) -> None:
+    """Lines that let a lost message be followed through the replica's state:
+    every settle point (who provided, who was behind), every snapshot loaded,
+    every op that removed messages (an ACK, a PURGE) with their bodies."""
+    from sgcs.services.queues.replicated import Put, Settle
+
+    def standing() -> dict[str, Any]:
+        return {"view": queue.view_id, "gen": queue.generation, "applied": queue.applied,
+                "digest": f"{queue.digest:016x}", "primary": list(queue.primary), "trans": queue.transitional}
+
+    def bodies(tags: Any) -> list[str]:
+        if not tags:
+            return []
+        marks = ",".join("?" * len(tags))
+        rows = queue.store._db.execute(f"SELECT body FROM messages WHERE seq IN ({marks})", list(tags)).fetchall()
+        return [row[0].decode(errors="replace") for row in rows]
+
+    apply, settled, load = queue._apply, queue._become_settled, queue._load
+
+    def traced_apply(sender: int, op: Any, raw: bytes) -> None:
+        gone = bodies(queue.store.leased_to("q", f"m:{sender}", op.tags)) \
+            if isinstance(op, Settle) and not op.release else []
+        apply(sender, op, raw)
+        if gone:
+            emit("rq_ack", sender=sender, bodies=gone, **standing())
+        elif isinstance(op, Put) and sender == queue.me:
+            emit("rq_put", body=op.body.decode(errors="replace"), **standing())
+
+    def traced_settled(behind: frozenset[int]) -> None:
+        before = standing()
+        hellos = {m: [h.generation, h.applied, f"{h.digest:016x}", list(h.primary)]
+                  for m, h in queue._hellos.items()}
+        settled(behind)
+        emit("rq_settle", provider=queue._provider, behind=sorted(behind), hellos=hellos, before=before,
+             **standing())
+
+    def traced_load(image: bytes) -> None:
+        before = standing()
+        held = queue.store._db.execute("SELECT msg_id, body FROM messages").fetchall()
+        load(image)
+        # a message this replica held whose PUT the loaded state never applied
+        vanished = [bytes(body).decode(errors="replace") for msg_id, body in held if bytes(msg_id) not in queue._dedup]
+        emit("rq_load", provider=queue._provider, before=before, vanished=vanished, **standing())
+
+    queue._apply, queue._become_settled, queue._load = traced_apply, traced_settled, traced_load
 
 
 async def _report_events(group: Any, verbose: bool, counts: Counter[str]) -> None:

@@ -83,6 +83,9 @@ async def test_a_replica_that_joins_late_catches_up_by_a_snapshot() -> None:
     async with replicas([1, 2, 3], [{1, 2, 3}]) as (net, nodes), AsyncExitStack() as stack:
         a, b = [await stack.enter_async_context(open_replicated_queue(nodes[i], "jobs", replicas=3,
                                                                      delivery_limit=3)) for i in (1, 2)]
+        async with open_replicated_queue(nodes[3], "jobs", replicas=3, delivery_limit=3) as first:
+            # a first start needs the whole replica set: a replica cannot tell it from a lost history
+            await until(net, lambda: settled([a, b, first], (1, 2, 3)), "the first primary view")
         await until(net, lambda: settled([a, b], (1, 2)), "a primary view of two")
         await a.put_many([(b"m%d" % i, i % 3) for i in range(30)], ttl=3600)
         leased = await a.get_many(2)
@@ -198,7 +201,7 @@ def silent_replica(nursery: trio.Nursery, replicas: int, members: tuple[int, ...
     queue = ReplicatedQueue(_Silent(), "jobs", replicas=replicas, dedup_window=10)  # type: ignore[arg-type]
     queue._nursery = nursery
     queue._on_view(sgcs.ViewChange("v1.1-x", members, "sgcs.rq.jobs"))
-    queue.standing, queue.generation = Standing.SETTLED, 1
+    queue.standing, queue.generation, queue.primary = Standing.SETTLED, 1, members
     return queue
 
 
@@ -273,7 +276,7 @@ async def test_a_kept_write_the_provider_never_applied_is_sent_again() -> None:
         assert (one.generation, one.applied) == (two.generation, two.applied) and one.digest != two.digest
         view = sgcs.ViewChange("v3.1-x", (1, 2), "sgcs.rq.jobs", joined=(1, 2), failed=(3,))
         token = rq._view_token(view.view_id)
-        hellos = [(m, rq.Hello(token, q.generation, q.applied, q.digest)) for m, q in ((1, one), (2, two))]
+        hellos = [(m, rq.Hello(token, q.generation, q.applied, q.digest, q.primary)) for m, q in ((1, one), (2, two))]
         for queue in (one, two):
             queue._on_view(view)
             for member, hello in hellos:
@@ -334,3 +337,88 @@ async def test_restarted_replicas_do_not_make_a_primary_with_an_older_state() ->
             assert (queue.standing is not Standing.MINORITY) is primary, members
             if primary:
                 queue.standing, queue.generation, queue.primary = Standing.SETTLED, 5, (1, 2, 3)
+
+
+def hellos_for(queue: ReplicatedQueue, view: sgcs.ViewChange, standings: dict[int, rq.Hello],
+               start: bool = True) -> None:
+    """Start ``view`` at ``queue`` (unless ``start`` is False) and deliver each
+    member's HELLO (its ``view`` field is set here)."""
+    if start:
+        queue._on_view(view)
+    token = rq._view_token(view.view_id)
+    for member, hello in standings.items():
+        queue._on_op(member, rq.Hello(token, *[getattr(hello, f) for f in HELLO_FIELDS[1:]]), b"")
+
+
+HELLO_FIELDS = ("view", "generation", "applied", "digest", "primary", "tentative", "attempt_generation", "attempt")
+
+
+def test_hello_round_trips_with_its_tentative_flag_and_attempt() -> None:
+    hello = rq.Hello(7, 3, 99, 1 << 63, (1, 2, 3), True, 4, (1, 2, 3, 4))
+    assert rq.decode_op_untrusted(rq.encode_op(hello)) == hello
+    assert tuple(f for f in rq.Hello.__dataclass_fields__) == HELLO_FIELDS
+
+
+async def test_fresh_replicas_begin_only_as_the_whole_replica_set() -> None:
+    """Three of five replicas, all restarted, once formed a primary with an
+    empty state while the two others held the queue; the writes of that fresh
+    start were lost when the five met (nemesis, queue workload, seed 1581192924)."""
+    fresh = rq.Hello(0, 0, 0, 0)
+    async with trio.open_nursery() as nursery:
+        queue = ReplicatedQueue(_Silent(), "jobs", replicas=5, dedup_window=10)  # type: ignore[arg-type]
+        queue._nursery = nursery
+        hellos_for(queue, sgcs.ViewChange("v2.3-x", (1, 2, 3), "sgcs.rq.jobs"), dict.fromkeys((1, 2, 3), fresh))
+        assert queue.standing is Standing.MINORITY
+        with pytest.raises(NotPrimary, match="first start needs all 5"):
+            await queue.put(b"x")
+        hellos_for(queue, sgcs.ViewChange("v3.5-x", (1, 2, 3, 4, 5), "sgcs.rq.jobs"),
+                   dict.fromkeys((1, 2, 3, 4, 5), fresh))
+        assert queue.standing is Standing.SETTLED and queue.generation == 1 and not queue.tentative
+
+
+async def test_a_primary_settled_in_a_transitional_view_is_tentative_and_needs_all_its_members() -> None:
+    """Replicas 1 and 2 deliver the last HELLO of a view of (1, 2, 3) in
+    their transitional view: 3 may never settle it and go on, with others,
+    from the state before; so 1 and 2 go on only with 3 again."""
+    async with trio.open_nursery() as nursery:
+        queue = silent_replica(nursery, 5, (1, 2, 3))
+        before = rq.Hello(0, 1, 0, 0, (1, 2, 3))
+        view = sgcs.ViewChange("v2.3-x", (1, 2, 3), "sgcs.rq.jobs")
+        queue._on_view(view)
+        queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", view.view_id, (1, 2)))
+        hellos_for(queue, view, dict.fromkeys((1, 2, 3), before), start=False)
+        assert queue.standing is Standing.SETTLED and queue.tentative and queue.generation == 2
+        mine = rq.Hello(0, 2, 0, 0, (1, 2, 3), True)
+        hellos_for(queue, sgcs.ViewChange("v3.3-x", (1, 2, 4), "sgcs.rq.jobs"),
+                   {1: mine, 2: mine, 4: rq.Hello(0, 1, 0, 0, (1, 2, 3))})
+        assert queue.standing is Standing.MINORITY and "replicas 3 may hold a newer state" in queue._why_not
+        hellos_for(queue, sgcs.ViewChange("v4.3-x", (1, 2, 3), "sgcs.rq.jobs"), {1: mine, 2: mine, 3: before})
+        assert queue.standing is Standing.FETCHING and queue._provider == 1 and queue._behind == {3}
+
+
+async def test_a_replica_that_left_a_decided_primary_before_it_settled_waits_for_all_its_members() -> None:
+    """Replicas 3, 4 and 5 saw a view of five decided and left it before its
+    last STATE chunk, which 1 and 2 delivered in their transitional view;
+    3, 4 and 5 then formed a primary from the state before and acknowledged
+    writes that the next merge dropped for the higher generation of 1 and 2
+    (nemesis, queue workload, seed 1581192924)."""
+    async with trio.open_nursery() as nursery:
+        queue = silent_replica(nursery, 5, (1, 3, 5))
+        behind = rq.Hello(0, 0, 0, 0)
+        view = sgcs.ViewChange("v2.5-x", (1, 2, 3, 4, 5), "sgcs.rq.jobs")
+        settled_state = rq.Hello(0, 1, 0, 0, (1, 3, 5))
+        hellos_for(queue, view, {1: settled_state, 2: behind, 3: settled_state, 4: behind, 5: settled_state})
+        assert queue.standing is Standing.FETCHING and queue.attempt == (2, (1, 2, 3, 4, 5))
+        mine = rq.Hello(0, 1, 0, 0, (1, 3, 5), False, 2, (1, 2, 3, 4, 5))
+        hellos_for(queue, sgcs.ViewChange("v3.3-x", (1, 3, 5), "sgcs.rq.jobs"), {1: mine, 3: mine, 5: mine})
+        assert queue.standing is Standing.MINORITY and "replicas 2, 4 may hold a newer state" in queue._why_not
+
+
+async def test_at_one_generation_a_settled_state_outranks_a_tentative_one() -> None:
+    async with trio.open_nursery() as nursery:
+        queue = silent_replica(nursery, 5, (1, 2, 3, 4, 5))
+        tentative = rq.Hello(0, 2, 50, 1, (1, 2, 3, 4, 5), True)
+        settled_state = rq.Hello(0, 2, 10, 2, (3, 4, 5))
+        hellos_for(queue, sgcs.ViewChange("v5.5-x", (1, 2, 3, 4, 5), "sgcs.rq.jobs"),
+                   {1: tentative, 2: tentative, 3: settled_state, 4: settled_state, 5: settled_state})
+        assert queue._provider == 3 and queue._behind == {1, 2}

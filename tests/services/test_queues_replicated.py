@@ -103,8 +103,12 @@ async def test_leases_of_a_member_that_leaves_are_released_everywhere() -> None:
             open_replicated_queue(na, "jobs", replicas=3) as a, \
             sgcs.open_node(sgcs.Config(name="b", secret=SECRET, **net)) as nb, \
             open_replicated_queue(nb, "jobs", replicas=3) as b:
+        async with sgcs.open_node(sgcs.Config(name="c", secret=SECRET, **net)) as nc, \
+                open_replicated_queue(nc, "jobs", replicas=3):
+            with trio.fail_after(WAIT):
+                await a.wait_writable()  # a first start needs the whole replica set
         with trio.fail_after(WAIT):
-            while not (len(a.members) == 2 and len(b.members) == 2):
+            while not (len(a.members) == 2 and len(b.members) == 2 and a.writable):
                 await trio.sleep(0.02)
             await a.put(b"x", 1)
         async with sgcs.open_node(sgcs.Config(name="c", secret=SECRET, **net)) as nc:

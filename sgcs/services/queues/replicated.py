@@ -41,9 +41,14 @@ holding more than half of it is primary, and only there do ops apply. In any
 other view every op is refused at every member of it (the same decision
 everywhere: it depends on the view alone), and the writer gets
 ``NotPrimary``, so a minority never acknowledges a write. A view of a
-majority is primary only once its HELLOs show that it holds a majority of the last primary's
-members that still hold its state, or every replica
-(``_holds_the_last_primary``): a restarted replica holds nothing.
+majority is primary only once its HELLOs show that it holds a majority of
+the last primary's members that still hold its state, or every replica
+(``_why_not_primary``): a restarted replica holds nothing, so the first
+primary of fresh replicas needs the whole replica set (a restarted replica
+cannot tell a first start from a lost history). A primary view that settled
+only in a transitional view (``Hello.tentative``), or that a replica saw
+decided and left before it settled (``Hello.attempt``), may or may not hold
+on the other side: the next primary needs all of its members.
 
 **State transfer.** A view change is one more point in the stream (virtual
 synchrony: the members that move together deliver the same ops before it).
@@ -106,7 +111,7 @@ import sqlite3
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -130,17 +135,17 @@ from .store import (
     check_ttl,
 )
 
-OP_VERSION = 4
+OP_VERSION = 5
 """First byte of every op (version 1 had none, no TTL and no delivery limit; version 2
 had no primary component, no state transfer and no request ids on ACK, RELEASE, PURGE;
-version 3 had no digest and no last primary in HELLO)."""
+version 3 had no digest and no last primary in HELLO; version 4 no tentative flag in HELLO)."""
 PUT, GET, ACK, RELEASE, PURGE, HELLO, STATE = 1, 2, 3, 4, 5, 6, 7
 _HEAD = struct.Struct(">BB")
 _PUT = struct.Struct(">BB16sBQ")
 _GET = struct.Struct(">BBQHQI")
 _TAGS = struct.Struct(">BBQH")
 _PURGE = struct.Struct(">BBQ")
-_HELLO = struct.Struct(">BBQQQQH")
+_HELLO = struct.Struct(">BBQQQQ?QHH")
 _STATE = struct.Struct(">BBQII")
 _U64 = struct.Struct(">Q")
 QUEUE = "q"
@@ -202,10 +207,22 @@ class Hello:
     """The chain of every op its state applied (``_chain``): equal standing, equal state."""
     primary: tuple[int, ...] = ()
     """The members of the primary view in which its state reached ``generation``."""
+    tentative: bool = False
+    """That primary view settled here in a transitional view: its other members may never have settled it."""
+    attempt_generation: int = 0
+    """A primary view this replica saw decided (every HELLO delivered) but left
+    before its settle point: others may have settled it at this generation (0: none)."""
+    attempt: tuple[int, ...] = ()
+    """That view's members."""
 
     @property
     def standing(self) -> tuple[int, int, int]:
         return self.generation, self.applied, self.digest
+
+    def rank(self, member: int) -> tuple[int, bool, int, int]:
+        """The provider is the replica of the highest rank: the most primary views,
+        a settled one before a tentative one of the same generation, the most ops, the lowest id."""
+        return self.generation, not self.tentative, self.applied, -member
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,8 +246,9 @@ def encode_op(op: Op) -> bytes:
         return (_TAGS.pack(OP_VERSION, RELEASE if op.release else ACK, op.request, len(op.tags))
                 + b"".join(_U64.pack(t) for t in op.tags))
     if isinstance(op, Hello):
-        return (_HELLO.pack(OP_VERSION, HELLO, op.view, op.generation, op.applied, op.digest, len(op.primary))
-                + b"".join(_U64.pack(m) for m in op.primary))
+        return (_HELLO.pack(OP_VERSION, HELLO, op.view, op.generation, op.applied, op.digest, op.tentative,
+                            op.attempt_generation, len(op.primary), len(op.attempt))
+                + b"".join(_U64.pack(m) for m in op.primary + op.attempt))
     if isinstance(op, State):
         return _STATE.pack(OP_VERSION, STATE, op.view, op.index, op.total) + op.chunk
     return _PURGE.pack(OP_VERSION, PURGE, op.request)
@@ -273,11 +291,13 @@ def decode_op_untrusted(data: bytes) -> Op:
     if kind == HELLO:
         if len(data) < _HELLO.size:
             raise DecodeError("length", "hello")
-        _, _, view, generation, applied, digest, count = _HELLO.unpack_from(data)
-        if len(data) != _HELLO.size + 8 * count:
+        _, _, view, generation, applied, digest, tentative, attempt_generation, count, attempted = \
+            _HELLO.unpack_from(data)
+        if len(data) != _HELLO.size + 8 * (count + attempted):
             raise DecodeError("length", "hello")
-        primary = tuple(_U64.unpack_from(data, _HELLO.size + 8 * i)[0] for i in range(count))
-        return Hello(view, generation, applied, digest, primary)
+        ids = [_U64.unpack_from(data, _HELLO.size + 8 * i)[0] for i in range(count + attempted)]
+        return Hello(view, generation, applied, digest, tuple(ids[:count]), tentative, attempt_generation,
+                     tuple(ids[count:]))
     if kind == STATE:
         if len(data) < _STATE.size or len(data) - _STATE.size > STATE_CHUNK:
             raise DecodeError("length", "state")
@@ -286,6 +306,10 @@ def decode_op_untrusted(data: bytes) -> Op:
             raise DecodeError("field", f"chunk {index} of {total}")
         return State(view, index, total, data[_STATE.size:])
     raise DecodeError("type", str(kind))
+
+
+def _names(members: Iterable[int]) -> str:
+    return ", ".join(str(m) for m in sorted(members))
 
 
 def _ms(seconds: float) -> int:
@@ -367,7 +391,13 @@ class ReplicatedQueue:
         """Primary views this replica's state went through (a snapshot's receiver takes the provider's)."""
         self.primary: tuple[int, ...] = ()
         """The members of the primary view in which the state reached ``generation`` (none yet: ())."""
+        self.tentative = False
+        """That primary view settled here in a transitional view (``Hello.tentative``)."""
+        self.attempt: tuple[int, tuple[int, ...]] = (0, ())
+        """A primary view decided here and left before its settle point (``Hello.attempt``): (generation, members)."""
         self.standing = Standing.MINORITY
+        self._why_not = f"this replica's view holds 1 of {replicas} replicas, not a majority"
+        """Why this view is not primary (``NotPrimary``'s message)."""
         self.dropped_undecodable = 0
         self.refused = 0
         """Ops delivered in a minority view, not applied."""
@@ -405,8 +435,7 @@ class ReplicatedQueue:
 
     def _check_writable(self) -> None:
         if self.standing is Standing.MINORITY:
-            raise NotPrimary(f"replicated queue {self.name}: this replica's view holds {len(self.members)} of "
-                             f"{self.replicas} replicas, not a majority; the write was not sent")
+            raise NotPrimary(f"replicated queue {self.name}: {self._why_not}; the write was not sent")
 
     async def _submit(self, key: bytes, op: bytes) -> _Pending:
         """Send one write and wait until the stream decides it (applied, or refused)."""
@@ -654,7 +683,8 @@ class ReplicatedQueue:
                   if k is not None]
         self._buffer = []
         if 2 * len(event.members) <= self.replicas:
-            self._enter_minority(len(event.members))
+            self._enter_minority(f"this replica's view holds {len(event.members)} of {self.replicas} replicas, "
+                                 "not a majority")
             return
         # Every primary view begins with the HELLOs, even when its members all
         # come from one primary: one of them may not have settled there (it was
@@ -672,19 +702,19 @@ class ReplicatedQueue:
         docstring, Transitional views)."""
         self.transitional = True
 
-    def _enter_minority(self, size: int, why: str = ", not a majority") -> None:
-        self.standing = Standing.MINORITY
+    def _enter_minority(self, why: str) -> None:
+        self.standing, self._why_not = Standing.MINORITY, why
         for pending in self._pending.values():
             if pending.kept and pending.leased:
                 self._orphans += [m.tag for m in pending.leased]
-            pending.finish(NotPrimary(f"replicated queue {self.name}: this replica's view holds {size} of "
-                                      f"{self.replicas} replicas{why}"
+            pending.finish(NotPrimary(f"replicated queue {self.name}: {why}"
                                       + ("; the write may have been applied" if pending.kept else "")))
         self._pending, self._sent, self._buffer = {}, {}, []
         self._notify()
 
     def _hello(self) -> bytes:
-        return encode_op(Hello(self._view, self.generation, self.applied, self.digest, self.primary))
+        return encode_op(Hello(self._view, self.generation, self.applied, self.digest, self.primary,
+                               self.tentative, *self.attempt))
 
     def _on_hello(self, sender: int, hello: Hello) -> None:
         if self.standing is not Standing.SYNCING or hello.view != self._view or sender not in self.members:
@@ -693,13 +723,15 @@ class ReplicatedQueue:
         if len(self._hellos) < len(self.members):
             return
         # The settle point: the same place in every member's stream.
-        provider, best = max(self._hellos.items(), key=lambda kv: (kv[1].generation, kv[1].applied, -kv[0]))
-        if not self._holds_the_last_primary(best):
-            self._enter_minority(len(self.members), "; too few of the replicas that hold its latest state are here")
+        provider, best = max(self._hellos.items(), key=lambda kv: kv[1].rank(kv[0]))
+        why = self._why_not_primary(best)
+        if why is not None:
+            self._enter_minority(why)
             return
         self._provider = provider
         self._behind = frozenset(m for m, h in self._hellos.items() if h.standing != best.standing)
         self._next_generation = best.generation + 1
+        self.attempt = (self._next_generation, self.members)  # until we settle it
         if not self._behind:
             self._become_settled(self._behind)
             return
@@ -711,22 +743,51 @@ class ReplicatedQueue:
             self._outgoing = (self._view, ops)
             self._nursery.start_soon(self._send_raw, list(ops))
 
-    def _holds_the_last_primary(self, best: Hello) -> bool:
+    def _why_not_primary(self, best: Hello) -> str | None:
         """Amir's dynamic linear voting, for replicas that keep their state in
-        memory: a view is primary only if it holds a majority of the members of
-        the last primary view any of us knows (``best.primary``, of the highest
-        generation) *that still hold its state*. A restarted replica holds
-        nothing: three of five replicas, two of them restarted, once formed a
-        primary with an older state, and a message acknowledged (ACK) in the
-        newer one was handed out again (nemesis, queue workload, --outage,
-        seed 302475798). Each primary then holds a majority of the one before,
-        so no primary can start from a state older than an acknowledged write.
-        When every replica is here, the best state that survived is the one
-        to go on from: nothing newer can be heard from anyone."""
-        if not best.primary or len(self.members) >= self.replicas:
-            return True
+        memory. With every replica here, the best state that survived is the
+        one to go on from: nothing newer can be heard from anyone. Otherwise:
+
+        * nobody here holds a primary's state (every replica is new, or
+          restarted): only the whole replica set may begin, for a restarted
+          replica cannot tell a first start from a lost history (three of
+          five replicas, all restarted, once began afresh while the two
+          others held the queue, and every write of that fresh start was lost
+          when the five met: nemesis, queue workload, seed 1581192924);
+        * the best state settled in a transitional view (``Hello.tentative``):
+          the members of that primary on the other side may never have settled
+          it and may have gone on from the state before, so all of them must
+          be here (a side of two settled while the three others went on and
+          acknowledged writes, and the two's higher generation won the next
+          merge: same run);
+        * one of us saw a primary view decided, of a higher generation than
+          the best state here, and left it before its settle point: others may
+          have settled it, so all of its members must be here (two replicas
+          settled a view of five in a transitional view while the three
+          others, who had seen it decided, went on from the state before);
+        * else a majority of the members of the last primary view any of us
+          knows (``best.primary``) *that still hold its state* must be here:
+          three of five replicas, two of them restarted, once formed a primary
+          with an older state (nemesis, --outage, seed 302475798). Each primary
+          then holds a majority of the one before, so no primary can start
+          from a state older than an acknowledged write."""
+        here = set(self.members)
+        if len(here) >= self.replicas:
+            return None
+        for hello in self._hellos.values():
+            if hello.attempt_generation > best.generation and not set(hello.attempt) <= here:
+                return (f"replicas {_names(set(hello.attempt) - here)} may hold a newer state (a primary view "
+                        f"of {_names(hello.attempt)} was decided, then left before it settled)")
+        if not best.primary:
+            return f"no replica here holds the queue's state yet, and a first start needs all {self.replicas}"
+        if best.tentative and not set(best.primary) <= here:
+            return (f"replicas {_names(set(best.primary) - here)} may hold a newer state (the latest primary "
+                    f"view, of {_names(best.primary)}, settled here only as it ended)")
         holders = sum(1 for m, h in self._hellos.items() if h.generation == best.generation and m in best.primary)
-        return 2 * holders > len(best.primary)
+        if 2 * holders <= len(best.primary):
+            return (f"{holders} of the {len(best.primary)} replicas of the latest primary view "
+                    f"({_names(best.primary)}) hold its state here, not a majority")
+        return None
 
     def _on_state(self, sender: int, state: State) -> None:
         if sender == self.me and self._outgoing is not None and state.view == self._outgoing[0]:
@@ -754,6 +815,10 @@ class ReplicatedQueue:
     def _become_settled(self, behind: frozenset[int]) -> None:
         """Ops apply from here: first those delivered while this view settled."""
         self.generation, self.primary = self._next_generation, self.members
+        # Delivered in a transitional view, the settle point may never reach the
+        # members on the other side: they may go on from the state before it.
+        self.tentative = self.transitional
+        self.attempt = (0, ())
         for owner in self.store.lease_owners(QUEUE):
             member = int(owner[2:]) if owner.startswith("m:") and owner[2:].isdigit() else None
             if member is None or member not in self.members or member in behind:
