@@ -94,6 +94,8 @@ AT_REST = 3.0
 GRACE = 2.0
 """Messages sent this long before the members stopped may still be in flight."""
 STOP_GRACE = 10.0
+QUIET_FOR = 2.0
+"""Queue workload: seconds between the replicas' last writes and their stop."""
 POLL = 0.1
 TBF = ("burst", "4kb", "latency", "300ms")
 PREF_FAULT = 100
@@ -553,6 +555,14 @@ class Members:
         """Incarnations that ended without being asked (a crash of sgcs or of the member)."""
         return [i for i in self.all if i.killed is None and not i.stopping and i.process.poll() is not None]
 
+    def quiet(self) -> None:
+        """Queue workload: every replica stops writing (SIGUSR1), and the ops under way
+        get QUIET_FOR s to reach every replica, so that their final states compare."""
+        for incarnation in self.current.values():
+            if incarnation.process.poll() is None:
+                _signal_quietly(incarnation.process, signal.SIGUSR1)
+        time.sleep(QUIET_FOR)
+
     def stop(self) -> float:
         """End every member gracefully (SIGCONT, SIGTERM); SIGKILL those that do not end
         within STOP_GRACE (they count as killed). Returns when SIGTERM was sent."""
@@ -905,6 +915,8 @@ def run(args: argparse.Namespace, workdir: Path, say: Callable[[str], None] = pr
             else:
                 say(f"NOT settled within {args.settle_timeout:g} s of the final heal (a wedge?)")
             outcome.settle_intermediate = intermediate_settles(faults, nemesis, members, final_heal)
+            if args.workload == "queue":
+                members.quiet()
             stopped_at = members.stop()
         except KeyboardInterrupt:
             outcome.error = "interrupted"

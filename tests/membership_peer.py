@@ -135,6 +135,7 @@ async def run_queue(args: argparse.Namespace) -> None:
     from sgcs.services.queues.replicated import NotPrimary, open_replicated_queue
 
     incarnation = f"{args.id}.{os.getpid()}"
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # until ``work`` listens: never a death
     async with sgcs.open_node(config_of(args), trace=args.trace) as node, \
             open_replicated_queue(node, "jobs", replicas=args.queue) as queue:
         emit("ready", id=node.id, pid=os.getpid(), address=list(node.address))
@@ -178,11 +179,22 @@ async def run_queue(args: argparse.Namespace) -> None:
                 except NotPrimary:
                     await queue.wait_writable()
 
+        async def work() -> None:
+            """Produce and consume until SIGUSR1 (the harness quiets every replica before
+            it stops them, so that the last ops reach all of them before the first leaves)."""
+            async with trio.open_nursery() as inner:
+                inner.start_soon(produce)
+                inner.start_soon(consume)
+                with trio.open_signal_receiver(signal.SIGUSR1) as quiet:
+                    async for _ in quiet:
+                        inner.cancel_scope.cancel()
+                        emit("quiet", applied=queue.applied)
+                        return
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
             nursery.start_soon(views)
-            nursery.start_soon(produce)
-            nursery.start_soon(consume)
+            nursery.start_soon(work)
             await trio.sleep(args.lifetime)
             nursery.cancel_scope.cancel()
         rows = queue.store._db.execute("SELECT seq, msg_id, priority, state, owner, deliveries, body FROM messages "
