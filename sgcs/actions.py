@@ -181,6 +181,18 @@ class MemberBusy:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckHost:
+    """The failure detector began to suspect ``member``: ask the host at
+    ``address`` whether anything listens there (the trio driver makes a TCP
+    handshake with the same port number) and report a refusal or silence
+    with ``Node.handle_host_unreachable``. One per suspicion, whatever the
+    number of groups that hold the member; a driver that cannot check ignores it."""
+
+    member: int
+    address: Address
+
+
+@dataclass(frozen=True, slots=True)
 class GroupError:
     """The group refused this node, e.g. it joined with a different order.
     The node has left the group; the application gets ``message``."""
@@ -213,4 +225,4 @@ class TraceEvent(NamedTuple):
 
 
 Action = Union[Send, Multicast, Deliver, ViewInstalled, OptimisticView, Rollback, NotDelivered, TransitionalView,
-               MemberSuspected, MemberBusy, GroupError, TraceEvent]
+               MemberSuspected, MemberBusy, CheckHost, GroupError, TraceEvent]

@@ -227,6 +227,17 @@ class Config:
     """Neighbours asked (ask stage) whether they heard from a suspect; 0 in a group of two."""
     ask_timeout: float = 0.5
     """Seconds the ask stage waits for neighbours before the suspect is declared failed."""
+    host_check: bool = True
+    """When a member becomes suspect, the trio driver tries a TCP handshake
+    with its address (the port number of its UDP port). A host that completes
+    it runs the member's process, perhaps paused: the pull stage goes on. A
+    refusal (nobody listens) or no answer within 0.35 s ends the pull stage
+    at once, as an ICMP "port unreachable" does, so a host that vanished is
+    excluded in about 0.65 s instead of 1.2 s. Every trio-driven node listens
+    on that TCP port, whatever this says, and closes each connection unread.
+    False: this node checks nobody (the simulator never checks); choose it
+    where that TCP port is blocked, round trips exceed about 0.3 s, or some
+    members run an sgcs without host checks (they do not listen)."""
     heartbeat: str = "roster"
     """How members watch each other. ``"roster"`` and ``"pairs"``: everyone
     watches everyone, and a heartbeat carries the whole table, in ``"roster"``
@@ -376,7 +387,8 @@ def _validate(config: Config) -> None:
             raise UsageError(f"Config.{name} must be a number in [{low}, {high}], got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             raise UsageError(f"Config.{name} must be in [{low}, {high}], got {value!r}")
-    for name in ("encrypt", "multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled", "optimistic"):
+    for name in ("encrypt", "multicast_loop", "use_multicast", "nack_enabled", "gossip_enabled", "optimistic",
+                 "host_check"):
         if not isinstance(getattr(config, name), bool):
             raise UsageError(f"Config.{name} must be true or false, got {getattr(config, name)!r}")
     if config.rto_max < config.rto_min:

@@ -98,6 +98,12 @@ HELP = {
     "receive_errors": "Receive errors.",
     "events_discarded": "Events that found no reader (group being left, shutdown).",
     "unreachable": "ICMP port-unreachable reports for datagrams this node sent.",
+    "host_checks": "Host checks (a TCP handshake) of suspected members started.",
+    "host_checks_answered": "Host checks whose host completed the handshake (the member's process exists).",
+    "host_checks_refused": "Host checks refused: nobody listens at the member's address.",
+    "host_checks_silent": "Host checks with no answer in time: the host or the path to it is gone.",
+    "host_checks_failed": "Host checks that failed on this node's side (no verdict).",
+    "host_check_accepts": "TCP connections from other members' host checks, accepted and closed unread.",
 }
 
 

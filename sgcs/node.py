@@ -39,6 +39,7 @@ from typing import Callable, Iterable, cast
 from .actions import (
     Action,
     Address,
+    CheckHost,
     Deliver,
     GroupError,
     MemberBusy,
@@ -380,6 +381,18 @@ class Node:
         for member, known in list(self._addresses.items()):
             if known == address:
                 self._on_detector(out, self.detector.on_unreachable(member, now), now)
+        return out
+
+    def handle_host_unreachable(self, member: int, address: Address, now: float) -> list[Action]:
+        """A host check (``CheckHost``) found nobody at ``address``: the
+        handshake was refused, or not answered in time. It answers the pull
+        stage only while ``member`` is still a suspect being probed at that
+        address; a result that comes after it was heard from (or moved) is
+        ignored, since ``on_unreachable`` would make a live member a suspect."""
+        if not self.detector.pulling(member) or self._address_of(member) != address:
+            return []
+        out: list[Action] = []
+        self._on_detector(out, self.detector.on_unreachable(member, now), now)
         return out
 
     def next_deadline(self) -> float | None:
@@ -727,9 +740,21 @@ class Node:
                     self._drain(out, state, now)
             elif state.changes.member_alive(member) and busy:
                 out.append(MemberBusy(state.name, member))
+        if kind is Verdict.SUSPECT and self.params.host_check:
+            self._check_host(out, member)
         if kind is Verdict.FAILED and not event.told and self.params.ring_heartbeats:
             self._tell_verdict(out, member)
             self._check_for_stall(member, now)
+
+    def _check_host(self, out: list[Action], member: int) -> None:
+        """Ask the driver to check ``member``'s host: once per suspicion, not
+        per group, and only while the pull stage runs (a suspicion raised by
+        an ICMP refusal is past it already). No random draw: recorded
+        simulator seeds replay unchanged."""
+        if self.detector.pulling(member):
+            address = self._address_of(member)
+            if address is not None:
+                out.append(CheckHost(member, address))
 
     def _check_for_stall(self, member: int, now: float) -> None:
         """Ring form: look again after a while whether a change excluded

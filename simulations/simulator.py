@@ -14,7 +14,10 @@ node's ``next_deadline`` comes, and carries out the returned actions:
   every live node when the group is None, through ``Network.fan_out``;
 * ``TraceEvent``: one ``events`` row, stamped with the time and node;
 * ``Deliver``/``ViewInstalled``: counted for the summary; their rows come
-  from the node's own trace events.
+  from the node's own trace events;
+* ``CheckHost``: ignored. The simulated network has no TCP and no hosts
+  apart from their processes, so a suspect's pull stage runs its full
+  course, as it did before host checks existed.
 
 All of this is events on one heap (``engine.Engine``): datagram arrivals,
 node timers, application sends (a Poisson process per group, each message's
@@ -57,6 +60,7 @@ from typing import Any, Callable, Iterator, Protocol
 import numpy as np
 
 from sgcs.actions import (
+    CheckHost,
     Deliver,
     MemberBusy,
     MemberSuspected,
@@ -234,7 +238,7 @@ class Simulator:
         self._on_action: dict[type, Callable[[int, Any, float], None]] = {
             Send: self._send, Multicast: self._multicast, Deliver: self._deliver, ViewInstalled: _ignore,
             OptimisticView: _ignore, Rollback: _ignore, NotDelivered: _ignore, TransitionalView: _ignore,
-            MemberSuspected: _ignore, MemberBusy: _ignore,
+            MemberSuspected: _ignore, MemberBusy: _ignore, CheckHost: _ignore,
         }
         self._dispatch: tuple[Handler, ...] = (self._arrive, self._timer, self._app, self._fault, self._resume,
                                                self._bucket, self._retry)

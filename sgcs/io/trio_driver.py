@@ -10,7 +10,10 @@ runs these tasks in one nursery:
   node call; only when the socket is empty does it wait for it to be readable;
 * a timer loop that sleeps until ``node.next_deadline()`` or until it is
   poked because a node call moved that deadline earlier, then calls
-  ``node.handle_timeout``.
+  ``node.handle_timeout``;
+* an accept loop on the host-check listener (``sockets.py``), which accepts
+  every TCP connection and closes it unread (``accept_and_close``), and one
+  short task per host check under way (see "Host checks" below).
 
 Application commands (join, leave, send) run in the caller's task. Every node
 call, whoever makes it, goes through ``TrioDriver.call``: yield once to the
@@ -71,6 +74,21 @@ A send waiting for room reads the error queue itself, since an unread report
 keeps the socket signalled and would otherwise turn that wait into a spin;
 what it reads waits in the driver for the receive loop's next turn.
 
+Host checks: a host that vanished (power, cable, a partition) sends no ICMP,
+so the refusals above never come and a suspect's whole pull stage
+(``probe_count * probe_interval``) would pass before its neighbours are
+asked. When the node starts suspecting a member it emits ``CheckHost``
+(``Config.host_check``), and the driver starts a task that tries a TCP
+handshake with the member's address (``sockets.check_host``: a few
+handshakes, 0.1 s apart, within 0.35 s). Every node listens there, and a
+kernel completes the handshake even while the process is stopped, so a
+completed one leaves the pull stage to run its course: a paused member keeps
+all its time. A refusal (RST) or no answer in time goes to
+``node.handle_host_unreachable``, which ends the pull stage as an ICMP
+refusal does, unless the member was heard from meanwhile. One check runs per
+member at a time (a second ``CheckHost`` for it meanwhile is dropped); checks
+and their outcomes are counted in ``DriverStatistics`` (``host_checks``...).
+
 Shutdown: leaving a group drains its channel (the application has stopped
 reading, and a router may be waiting for room), then calls ``node.leave`` and
 sends the LEAVE datagram under a shielded, bounded scope, so even a cancelled
@@ -102,6 +120,7 @@ import trio
 
 from ..actions import (
     Action,
+    CheckHost,
     Deliver,
     GroupError,
     MemberBusy,
@@ -122,7 +141,7 @@ from ..node import Node
 from .signals import EXIT_STATUS, sigterm_free
 from .event_queue import EventQueue
 from .recorder import FLUSH_EVERY, TraceRecorder
-from .sockets import Endpoint, NodeSockets, open_sockets, read_refusals
+from .sockets import Endpoint, HostAnswer, NodeSockets, accept_and_close, check_host, open_sockets, read_refusals
 from .timings import HistogramSnapshot, Timings
 
 AppEvent = Union[Deliver, ViewInstalled, OptimisticView, Rollback, NotDelivered, TransitionalView, MemberSuspected,
@@ -170,6 +189,18 @@ class DriverStatistics:
     left, or routing was cancelled at shutdown."""
     unreachable: int = 0
     """ICMP "port unreachable" reports for datagrams this node sent (Linux)."""
+    host_checks: int = 0
+    """Host checks of suspects started (``Config.host_check``)."""
+    host_checks_answered: int = 0
+    """... whose host completed a TCP handshake: the member's process exists."""
+    host_checks_refused: int = 0
+    """... refused (RST): nobody listens there any more."""
+    host_checks_silent: int = 0
+    """... with no answer in time: the host vanished, or the path to it."""
+    host_checks_failed: int = 0
+    """... that failed on our side (no file descriptor or port): no verdict."""
+    host_check_accepts: int = 0
+    """TCP connections from other members' host checks, accepted and closed unread."""
     delivery_latency: HistogramSnapshot | None = None
     """Own multicasts, sampled: send to own delivery (``sgcs/io/timings.py``)."""
     view_change_duration: HistogramSnapshot | None = None
@@ -212,6 +243,10 @@ class TrioDriver:
         """Sends since the last one that yielded to the other tasks (``_send_now``)."""
         self._refused: list[Endpoint] = []
         """Refused destinations read from the error queue, not yet given to the node."""
+        self._checking: set[int] = set()
+        """Members whose host check is under way (one at a time each)."""
+        self._host_checks: Counter[HostAnswer] = Counter()
+        self._accepts = 0
 
     @property
     def config(self) -> Config:
@@ -232,6 +267,12 @@ class TrioDriver:
             receive_errors=self._receive_errors,
             events_discarded=self._discarded,
             unreachable=self._unreachable,
+            host_checks=sum(self._host_checks.values()) + len(self._checking),
+            host_checks_answered=self._host_checks[HostAnswer.ANSWERED],
+            host_checks_refused=self._host_checks[HostAnswer.REFUSED],
+            host_checks_silent=self._host_checks[HostAnswer.SILENT],
+            host_checks_failed=self._host_checks[HostAnswer.FAILED],
+            host_check_accepts=self._accepts,
             delivery_latency=self.timings.delivery.snapshot(),
             view_change_duration=self.timings.view_change.snapshot(),
         )
@@ -441,6 +482,8 @@ class TrioDriver:
         for sock in self.sockets.raw_receivers:
             nursery.start_soon(self._receive_loop, sock)
         nursery.start_soon(self._timer_loop)
+        if self.sockets.listener is not None:
+            nursery.start_soon(self._accept_loop, self.sockets.listener)
         if self.recorder is not None:
             nursery.start_soon(self._trace_loop, self.recorder)
         if sigterm_free() and trio.lowlevel.current_root_task() is not None:
@@ -514,6 +557,26 @@ class TrioDriver:
         for src, data in batch:
             actions += self.node.handle_datagram(src, data, now)
         return actions
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        """Other members' host checks: the handshake is all they need, which
+        the kernel made already; accept and close, never read."""
+        while True:
+            accepted, failed = accept_and_close(listener)
+            self._accepts += accepted
+            if failed:  # e.g. out of file descriptors: the queue waits, do not spin
+                await trio.sleep(RECEIVE_ERROR_PAUSE)
+            else:
+                await trio.lowlevel.wait_readable(listener)
+
+    async def _host_check(self, member: int, address: Endpoint) -> None:
+        try:
+            answer = await check_host(address)
+            self._host_checks[answer] += 1
+            if answer in (HostAnswer.REFUSED, HostAnswer.SILENT):
+                await self._call(partial(self.node.handle_host_unreachable, member, address))
+        finally:
+            self._checking.discard(member)
 
     async def _timer_loop(self) -> None:
         while True:
@@ -682,6 +745,13 @@ class TrioDriver:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._discarded += 1
 
+    def _check_host(self, action: CheckHost) -> None:
+        if self._nursery is None or action.member in self._checking:
+            return  # not started yet, or a check of this member is under way
+        host, port = typing.cast(Endpoint, action.address)  # the node's addresses are recvfrom's here
+        self._checking.add(action.member)
+        self._nursery.start_soon(self._host_check, action.member, (host, port))
+
     def _trace_event(self, action: TraceEvent) -> None:
         if self.recorder is not None:
             self.recorder.event(action)
@@ -701,6 +771,7 @@ _ROUTES: dict[type, Callable[[TrioDriver, Any], Awaitable[None] | None]] = {
     TransitionalView: TrioDriver._to_app,
     MemberSuspected: TrioDriver._to_app,
     MemberBusy: TrioDriver._to_app,
+    CheckHost: TrioDriver._check_host,
     GroupError: TrioDriver._to_app,
     TraceEvent: TrioDriver._trace_event,
 }

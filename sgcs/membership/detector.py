@@ -35,7 +35,14 @@ three-stage survival signal).
 * **Pull.** A suspect gets ``probe_count`` direct probes, ``probe_interval``
   apart. Any answer, indeed any datagram from it, ends the suspicion. An ICMP
   "port unreachable" reported by the driver answers the pull stage at once:
-  the host says nobody listens there. A probe carries the suspicion's random
+  the host says nobody listens there (``on_unreachable``). So does the
+  driver's host check (``Config.host_check``; the node asks for one per
+  suspicion, while the stage is ``pulling``) when the suspect's host refuses
+  a TCP handshake on its port, or does not answer one within a few tenths
+  of a second: a host that lost power or its link sends no ICMP. A paused
+  process's kernel still completes the handshake, so a pause keeps the
+  whole pull stage; the ask stage that follows a silent host still asks its
+  neighbours, in case the silence was ours alone. A probe carries the suspicion's random
   nonce and the answer echoes it, but nothing matches the two, by design: an
   answer counts only as a datagram from the suspect, which the node has
   already authenticated (``sgcs.wire``) and checked against replay, and
@@ -430,9 +437,16 @@ class FailureDetector:
         self._counts["told"] += 1
         return [FdEvent(Verdict.FAILED, member, told=True)]
 
+    def pulling(self, member: int) -> bool:
+        """``member`` is suspected and still in its pull stage (being probed)."""
+        confirmation = self.suspects.get(member)
+        return confirmation is not None and confirmation.stage == "pull"
+
     def on_unreachable(self, member: int, now: float) -> list[FdOut]:
         """The network says nobody listens at ``member``'s address: the pull
-        stage has its answer, go straight to the neighbours."""
+        stage has its answer, go straight to the neighbours. A member not
+        suspected yet becomes a suspect in the ask stage at once (an ICMP
+        refusal is news of a crash, not a late answer)."""
         if member == self.me or member not in self._index or member in self.failed:
             return []
         out: list[FdOut] = []

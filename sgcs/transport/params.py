@@ -74,6 +74,7 @@ class Params:
     probe_interval: float = _DEFAULT["probe_interval"]
     ask_count: int = _DEFAULT["ask_count"]
     ask_timeout: float = _DEFAULT["ask_timeout"]
+    host_check: bool = _DEFAULT["host_check"]
     heartbeat: str = _DEFAULT["heartbeat"]
     view_timeout: float = _DEFAULT["view_timeout"]
     view_repeats: int = _DEFAULT["view_repeats"]
