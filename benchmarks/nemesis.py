@@ -869,12 +869,21 @@ def queue_figures(members: Members) -> dict[str, Any]:
             last[incarnation.member] = mine[-1]
     remaining = set().union(*(set(e["remaining"]) for e in last.values())) if last else set()
     states = {(e["applied"], e["digest"]) for e in last.values()}
+    missing = acked - set(consumed) - remaining - uncertain
+    acked_at = {e["msg"]: e.get("t", 0.0) for e in lines if e.get("event") == "acked"}
+    # A fresh start (every HELLO of a settle point with no state) needs the whole replica
+    # set, all restarted: what was acknowledged before it and not yet consumed was in
+    # memory only at replicas that were all killed. Reported apart, not as a protocol loss.
+    fresh = [(e["t"], e["view"]) for e in lines if e.get("event") == "rq_settle" and e.get("hellos")
+             and all(h[0] == 0 for h in e["hellos"].values())]
+    amnesia = {m for m in missing if any(t > acked_at[m] for t, _ in fresh)}
     return {"acked": len(acked), "refused": sum(1 for e in lines if e.get("event") == "refused"),
             "put_timeouts": sum(1 for e in lines if e.get("event") == "put_timeout"),
             "received": sum(received.values()), "redelivered": sum(n - 1 for n in received.values() if n > 1),
             "consumed": len(consumed), "consumed_twice": sorted(m for m, n in consumed.items() if n > 1)[:20],
             "ack_uncertain": len(uncertain - set(consumed)),
-            "lost": sorted(acked - set(consumed) - remaining - uncertain)[:20], "left_in_queue": len(remaining),
+            "lost": sorted(missing - amnesia)[:20], "lost_with_every_replica": len(amnesia),
+            "fresh_starts": len({view for _, view in fresh}), "left_in_queue": len(remaining),
             "final_states": len(last), "states_equal": len(states) == 1 and len(last) == len(members.ids),
             "final_reports": len(finals)}
 

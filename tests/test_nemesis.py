@@ -240,3 +240,9 @@ def test_queue_figures_find_lost_and_twice_consumed_messages_and_unequal_states(
     assert found["ack_uncertain"] == 2, "b's ack returned without it: lost, not uncertain"
     two.events[-1] = final("y", ["c"])
     assert nemesis.queue_figures(members)["states_equal"] is False  # type: ignore[arg-type]
+    # g was acknowledged, then every replica restarted (a fresh start): lost with them, counted apart
+    fresh = {"event": "rq_settle", "t": 20.0, "view": "v9", "hellos": {"1": [0, 0, "0", []], "2": [0, 0, "0", []]}}
+    one.events[1]["t"] = 25.0  # b: acknowledged after the fresh start, so still a loss
+    one.events[1:1] = [{"event": "acked", "msg": "g", "t": 10.0}, fresh]
+    found = nemesis.queue_figures(members)  # type: ignore[arg-type]
+    assert (found["lost"], found["lost_with_every_replica"], found["fresh_starts"]) == (["b"], 1, 1)
