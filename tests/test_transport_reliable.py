@@ -474,3 +474,30 @@ def test_the_levels_left_to_send_agree_with_each_senders_mask() -> None:
             assert stream._unsent_count == sum(1 for floors in stream._floors.values() if floors.unsent)
             assert all(f.row is not None or f.others or f.unsent for f in stream._floors.values()), \
                 "no sender's record kept empty"
+
+
+def test_during_a_view_change_nothing_past_the_snapshot_is_acknowledged() -> None:
+    """Safe order delivers a message once every member acknowledged it. A
+    member that answered a proposal (its snapshot holds sender 3 up to 1) and
+    then received sender 3's second message will not deliver it in the old
+    view, so neither its piggybacked ACKs nor its nulls may claim it: a member
+    left out of the change delivered, safely, a replicated queue's PUT that
+    nobody else ever delivered (nemesis, queue workload, seed 1581192924)."""
+    members = (1, 2, 3)
+    a, c = ReliableStream(1, members, PARAMS, random.Random(1), 0.0), ReliableStream(3, members, PARAMS,
+                                                                                      random.Random(3), 0.0)
+    _, (first,) = c.send(b"one", 0.0)
+    a.on_records(3, first.records, "data", 0.0)
+    a.stability_cap = {3: 1}  # the snapshot a.'s answer froze
+    _, (second,) = c.send(b"two", 0.1)
+    a.on_records(3, second.records, "data", 0.1)
+    _, (mine,) = a.send(b"a's", 0.2)
+    assert mine.records[0].acks == ((3, 1),), "the piggybacked ACK stops at the snapshot"
+    nulls = [o for o in a.on_timeout(10.0) if isinstance(o, OutNull)]
+    assert all(high <= 1 for null in nulls for _, high in null.acks)
+    a.stability_cap = None  # the next view
+    b = ReliableStream(1, members, PARAMS, random.Random(1), 0.0)
+    b.on_records(3, first.records, "data", 0.0)
+    b.on_records(3, second.records, "data", 0.1)
+    _, (theirs,) = b.send(b"b's", 0.2)
+    assert theirs.records[0].acks == ((3, 2),), "without a change, every record received is acknowledged"
