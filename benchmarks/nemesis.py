@@ -998,6 +998,7 @@ def check(outcome: Outcome, members: Members, workdir: Path, stopped_at: float,
     events = checks.read_events(merged)
     epoch = float(json.loads((merged / "meta.json").read_text())["epoch"])
     found = checks.violations(events)
+    found["9_safe_undelivered"] = len(checks.unsafe_deliveries(events))
     skipped = APPLIES.get(members.order, ())
     outcome.violations = {k: (None if k in skipped else v) for k, v in found.items()}
     outcome.sent = int(((events["kind"] == "send") & events["dest"].isna()).sum())

@@ -366,6 +366,48 @@ def virtual_synchrony_violations(events: Any) -> Any:
     return pd.DataFrame(found, columns=columns)
 
 
+def unsafe_deliveries(events: Any) -> Any:
+    """Safe order (EVS's SAFE, checked apart from invariants 1 to 8): a message
+    one member delivered in a view's regular part (before any ``transitional``
+    row of that view at that member) was held by every member of the view, so
+    every member that installed the view and then a next one delivers it in
+    that view, in its regular or its transitional part, unless it was left
+    out alone (its ``transitional`` row names only itself: such a member holds
+    no agreed cut and delivers only its own messages, docs/guarantees.md).
+    One row (``node``,
+    ``incarnation``, ``group``, ``view_id``, ``sender``, ``seq``) per member
+    that did not. (A member that received a message after answering a
+    proposal acknowledged it, its sender delivered it safely, and no member
+    moving on delivered it: a replicated queue lost an acknowledged PUT.)"""
+    import pandas as pd
+
+    columns = [*_INCARNATION, "view_id", "sender", "seq"]
+    if "order" not in events:
+        return pd.DataFrame(columns=columns)
+    rows = _with_incarnation(events)
+    is_view = (rows["kind"] == "view") & ~_optimistic(rows)
+    is_deliver = (rows["kind"] == "deliver") & ~rows["unicast"]
+    rows = rows[is_view | is_deliver | (rows["kind"] == "transitional")].assign(is_view=is_view)
+    keys = [rows[k] for k in _INCARNATION]
+    rows["segment"] = rows["is_view"].astype("int64").groupby(keys, sort=False).cumsum()
+    after = (rows["kind"] == "transitional").astype("int64")
+    rows["transitional"] = after.groupby([*keys, rows["segment"]], sort=False).cumsum() > 0
+    views = rows[rows["is_view"]].copy()
+    views["next_view_id"] = views.groupby(_INCARNATION, sort=False)["view_id"].shift(-1)
+    moved_on = views[views["next_view_id"].notna()][[*_INCARNATION, "view_id"]]
+    trans = rows[rows["kind"] == "transitional"]
+    alone = trans[[list(m) == [n] for n, m in zip(trans["node"], trans["members"])]][[*_INCARNATION, "view_id"]]
+    moved_on = moved_on.merge(alone.drop_duplicates().assign(alone=True), on=[*_INCARNATION, "view_id"], how="left")
+    moved_on = moved_on[moved_on["alone"].isna()].drop(columns="alone")
+    delivered = rows[rows["kind"] == "deliver"]
+    safe = delivered[(delivered["order"] == "safe") & ~delivered["transitional"]]
+    messages = safe[["group", "view_id", "sender", "seq"]].drop_duplicates()
+    expected = moved_on.merge(messages, on=["group", "view_id"])
+    got = delivered[columns].drop_duplicates()
+    merged = expected.merge(got, on=columns, how="left", indicator=True)
+    return merged[merged["_merge"] == "left_only"][columns].reset_index(drop=True)
+
+
 def rolled_back_deliveries(events: Any) -> Any:
     """Invariant 7, first part: deliver rows (multicast) of a message that has a
     ``rollback`` row on any node; a rolled-back message must be delivered nowhere."""

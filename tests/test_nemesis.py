@@ -246,3 +246,25 @@ def test_queue_figures_find_lost_and_twice_consumed_messages_and_unequal_states(
     one.events[1:1] = [{"event": "acked", "msg": "g", "t": 10.0}, fresh]
     found = nemesis.queue_figures(members)  # type: ignore[arg-type]
     assert (found["lost"], found["lost_with_every_replica"], found["fresh_starts"]) == (["b"], 1, 1)
+
+
+def test_unsafe_deliveries_find_a_safe_message_a_member_that_moved_on_never_delivered() -> None:
+    import pandas as pd
+
+    from sgcs.sim import checks
+
+    def row(t: float, node: int, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"t": t, "node": node, "kind": kind, "group": "g", "sender": None, "seq": None, "order": None,
+                "view_id": None, "members": None, "optimistic": False, "dest": None, **fields}
+
+    rows = [row(0.0, n, "view", view_id="v1", members=[1, 2, 3]) for n in (1, 2, 3)]
+    rows += [row(1.0, 3, "deliver", sender=3, seq=7, order="safe", view_id="v1"),  # safe, regular part
+             row(2.0, 1, "transitional", view_id="v1", members=[1, 2]),
+             row(2.0, 2, "transitional", view_id="v1", members=[1, 2]),
+             row(2.0, 3, "transitional", view_id="v1", members=[3]),  # left out alone: exempt
+             row(2.1, 2, "deliver", sender=3, seq=7, order="safe", view_id="v1")]  # 2 delivers it, 1 does not
+    rows += [row(3.0, n, "view", view_id="v2", members=[1, 2]) for n in (1, 2)]
+    rows += [row(3.0, 3, "view", view_id="v3", members=[3])]
+    events = pd.DataFrame(rows).astype({"sender": "Int64", "seq": "Int64", "dest": "Int64"})
+    found = checks.unsafe_deliveries(events)
+    assert [(r.node, r.view_id, r.sender, r.seq) for r in found.itertuples()] == [(1, "v1", 3, 7)]

@@ -422,3 +422,14 @@ async def test_at_one_generation_a_settled_state_outranks_a_tentative_one() -> N
         hellos_for(queue, sgcs.ViewChange("v5.5-x", (1, 2, 3, 4, 5), "sgcs.rq.jobs"),
                    {1: tentative, 2: tentative, 3: settled_state, 4: settled_state, 5: settled_state})
         assert queue._provider == 3 and queue._behind == {1, 2}
+
+
+async def test_a_replica_left_out_alone_holds_a_tentative_state() -> None:
+    """A member left out of a view change alone delivers only its own last
+    messages: ops the others applied in the regular view may be missing here."""
+    async with trio.open_nursery() as nursery:
+        queue = silent_replica(nursery, 5, (1, 2, 3))
+        queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", "v1.1-x", (1, 2)))
+        assert not queue.tentative, "moving on with others: the same ops as they"
+        queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", "v1.1-x", (1,)))
+        assert queue.tentative

@@ -208,7 +208,8 @@ class Hello:
     primary: tuple[int, ...] = ()
     """The members of the primary view in which its state reached ``generation``."""
     tentative: bool = False
-    """That primary view settled here in a transitional view: its other members may never have settled it."""
+    """That primary view settled here in a transitional view (its other members may never have
+    settled it), or this replica was left out of its end alone (it may lack ops the others applied)."""
     attempt_generation: int = 0
     """A primary view this replica saw decided (every HELLO delivered) but left
     before its settle point: others may have settled it at this generation (0: none)."""
@@ -701,6 +702,12 @@ class ReplicatedQueue:
         them are kept, not decided, until a primary view settles (module
         docstring, Transitional views)."""
         self.transitional = True
+        if self.standing is Standing.SETTLED and set(event.members) == {self.me} and len(self.members) > 1:
+            # Left out alone, we deliver only our own messages from here: ops
+            # the others applied in the regular view (safe order: we held
+            # them) may never apply here, so our state may lack an
+            # acknowledged write. It goes on only as a tentative one.
+            self.tentative = True
 
     def _enter_minority(self, why: str) -> None:
         self.standing, self._why_not = Standing.MINORITY, why
