@@ -501,3 +501,7 @@ def test_during_a_view_change_nothing_past_the_snapshot_is_acknowledged() -> Non
     b.on_records(3, second.records, "data", 0.1)
     _, (theirs,) = b.send(b"b's", 0.2)
     assert theirs.records[0].acks == ((3, 2),), "without a change, every record received is acknowledged"
+    # and a's first message after the change carries the full ACK it held back
+    a.stability_cap = None
+    _, (after,) = a.send(b"a's next", 0.3)
+    assert after.records[0].acks == ((3, 2),), "causal order: the later message lists everything received"

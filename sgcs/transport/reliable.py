@@ -450,12 +450,18 @@ class ReliableStream:
         so ordered groups raise the limit out of reach (``ORDERED_ACKS``); only
         FIFO groups leave entries behind."""
         acks = tuple(sorted(self._dirty.items())[:limit])
+        cap = self.stability_cap
+        if cap is not None:  # an ACK held back stays due: it goes out in full once the change ends
+            for sender, high in acks:
+                if high <= cap.get(sender, 0):
+                    del self._dirty[sender]
+            return self._within_cap(acks)
         if len(acks) == len(self._dirty):
             self._dirty.clear()
         else:
             for sender, _ in acks:
                 del self._dirty[sender]
-        return self._within_cap(acks) if self.stability_cap is not None else acks
+        return acks
 
     def _within_cap(self, acks: Iterable[Ack]) -> tuple[Ack, ...]:
         """During a view change, acknowledge nothing past the snapshot (then the
@@ -465,8 +471,8 @@ class ReliableStream:
         its acknowledgement must not count: a member left out of the change
         delivered, safely in the regular view, a PUT of a replicated queue that
         nobody else ever delivered (nemesis, queue workload, seed 1581192924).
-        What is held back here belongs to records past the cut, which the next
-        view starts after."""
+        The full ACK stays due (``_take_acks``): a later message must still
+        list every record received before it, for causal order."""
         cap = self.stability_cap
         if cap is None:
             return tuple(acks)
