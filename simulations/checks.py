@@ -372,8 +372,9 @@ def unsafe_deliveries(events: Any) -> Any:
     row of that view at that member) was held by every member of the view, so
     every member that installed the view and then a next one delivers it in
     that view, in its regular or its transitional part, unless it was left
-    out alone (its ``transitional`` row names only itself: such a member holds
-    no agreed cut and delivers only its own messages, docs/guarantees.md).
+    out alone (its ``transitional`` row names only itself, or its next view
+    is itself alone: such a member holds no agreed cut and delivers only its
+    own messages, docs/guarantees.md).
     One row (``node``,
     ``incarnation``, ``group``, ``view_id``, ``sender``, ``seq``) per member
     that did not. (A member that received a message after answering a
@@ -394,7 +395,10 @@ def unsafe_deliveries(events: Any) -> Any:
     rows["transitional"] = after.groupby([*keys, rows["segment"]], sort=False).cumsum() > 0
     views = rows[rows["is_view"]].copy()
     views["next_view_id"] = views.groupby(_INCARNATION, sort=False)["view_id"].shift(-1)
-    moved_on = views[views["next_view_id"].notna()][[*_INCARNATION, "view_id"]]
+    views["next_members"] = views.groupby(_INCARNATION, sort=False)["members"].shift(-1)
+    moved_on = views[views["next_view_id"].notna()]
+    went_alone = [list(m) == [n] for n, m in zip(moved_on["node"], moved_on["next_members"])]
+    moved_on = moved_on[~pd.Series(went_alone, index=moved_on.index, dtype=bool)][[*_INCARNATION, "view_id"]]
     trans = rows[rows["kind"] == "transitional"]
     alone = trans[[list(m) == [n] for n, m in zip(trans["node"], trans["members"])]][[*_INCARNATION, "view_id"]]
     moved_on = moved_on.merge(alone.drop_duplicates().assign(alone=True), on=[*_INCARNATION, "view_id"], how="left")

@@ -263,6 +263,8 @@ def test_unsafe_deliveries_find_a_safe_message_a_member_that_moved_on_never_deli
              row(2.0, 2, "transitional", view_id="v1", members=[1, 2]),
              row(2.0, 3, "transitional", view_id="v1", members=[3]),  # left out alone: exempt
              row(2.1, 2, "deliver", sender=3, seq=7, order="safe", view_id="v1")]  # 2 delivers it, 1 does not
+    rows += [row(0.0, 4, "view", view_id="v1", members=[1, 2, 3]),  # a change it gave up: alone, exempt
+             row(3.0, 4, "view", view_id="v4", members=[4])]
     rows += [row(3.0, n, "view", view_id="v2", members=[1, 2]) for n in (1, 2)]
     rows += [row(3.0, 3, "view", view_id="v3", members=[3])]
     events = pd.DataFrame(rows).astype({"sender": "Int64", "seq": "Int64", "dest": "Int64"})

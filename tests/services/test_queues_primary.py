@@ -433,3 +433,6 @@ async def test_a_replica_left_out_alone_holds_a_tentative_state() -> None:
         assert not queue.tentative, "moving on with others: the same ops as they"
         queue._on_transitional(sgcs.TransitionalView("sgcs.rq.jobs", "v1.1-x", (1,)))
         assert queue.tentative
+        again = silent_replica(nursery, 5, (1, 2, 3))  # a change given up: alone, with no transitional view
+        again._on_view(sgcs.ViewChange("v2.1-x", (1,), "sgcs.rq.jobs", failed=(2, 3)))
+        assert again.tentative and again.standing is Standing.MINORITY

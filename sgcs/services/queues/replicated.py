@@ -673,6 +673,8 @@ class ReplicatedQueue:
         the same state and go on at once; otherwise each tells its standing
         (HELLO) and, once all are heard, the one furthest on provides its
         snapshot to those behind (Amir's primary component, state by transfer)."""
+        if self.standing is Standing.SETTLED and event.members == (self.me,) and len(self.members) > 1:
+            self.tentative = True  # alone now: as when left out alone (``_on_transitional``)
         self.transitional = False
         self.members, self.view_id = event.members, event.view_id
         self._view = _view_token(event.view_id)
