@@ -400,7 +400,9 @@ def unsafe_deliveries(events: Any) -> Any:
     went_alone = [list(m) == [n] for n, m in zip(moved_on["node"], moved_on["next_members"])]
     moved_on = moved_on[~pd.Series(went_alone, index=moved_on.index, dtype=bool)][[*_INCARNATION, "view_id"]]
     trans = rows[rows["kind"] == "transitional"]
-    alone = trans[[list(m) == [n] for n, m in zip(trans["node"], trans["members"])]][[*_INCARNATION, "view_id"]]
+    by_itself = pd.Series([list(m) == [n] for n, m in zip(trans["node"], trans["members"])], index=trans.index,
+                          dtype=bool)
+    alone = trans[by_itself][[*_INCARNATION, "view_id"]]
     moved_on = moved_on.merge(alone.drop_duplicates().assign(alone=True), on=[*_INCARNATION, "view_id"], how="left")
     moved_on = moved_on[moved_on["alone"].isna()].drop(columns="alone")
     delivered = rows[rows["kind"] == "deliver"]

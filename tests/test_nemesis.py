@@ -270,3 +270,6 @@ def test_unsafe_deliveries_find_a_safe_message_a_member_that_moved_on_never_deli
     events = pd.DataFrame(rows).astype({"sender": "Int64", "seq": "Int64", "dest": "Int64"})
     found = checks.unsafe_deliveries(events)
     assert [(r.node, r.view_id, r.sender, r.seq) for r in found.itertuples()] == [(1, "v1", 3, 7)]
+    # a trace with no transitional row and no safe delivery (a FIFO run) has nothing to report
+    fifo = events[events["kind"] != "transitional"].assign(order=None)
+    assert checks.unsafe_deliveries(fifo).empty
