@@ -111,8 +111,8 @@ import sqlite3
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Union
@@ -123,6 +123,7 @@ import sgcs
 from sgcs.errors import DecodeError, SgcsError, UsageError
 
 from ..tasks import background
+from . import replica_disk
 from .store import (
     MAX_BODY,
     PRIORITIES,
@@ -375,7 +376,8 @@ class ReplicatedQueue:
     """One replica of a replicated queue; open it with ``open_replicated_queue``."""
 
     def __init__(self, group: sgcs.GroupHandle, name: str, *, replicas: int, dedup_window: int,
-                 delivery_limit: int | None = None) -> None:
+                 delivery_limit: int | None = None, path: str | os.PathLike[str] | None = None,
+                 fsync: str = "normal") -> None:
         self.group = group
         self.name = name
         self.me = group.node_id
@@ -383,7 +385,10 @@ class ReplicatedQueue:
         """The size of the replica set: a view is primary when it holds more than half."""
         self.delivery_limit = delivery_limit
         """What this replica's GETs carry; the limit in force is the last applied GET's."""
-        self.store = QueueStore(":memory:")
+        self.durable = path is not None
+        """The replica keeps its state in a file (``path``) and survives a restart."""
+        # Its leases are replicated state: only ops of the stream give them back.
+        self.store = QueueStore(":memory:" if path is None else path, fsync=fsync, release_leases=False)
         self.store.bind(QUEUE)
         self.applied = 0
         self.digest = 0
@@ -431,6 +436,67 @@ class ReplicatedQueue:
         """Our writes to send again once ops apply in this view."""
         self._orphans: list[int] = []
         """Tags leased to us by a kept GET whose caller got ``NotPrimary``: given back at the next settle point."""
+        self._unsaved_ids: list[bytes] = []
+        """Dedup ids remembered since the last save (durable replicas)."""
+        self._ids_remembered = 0
+        """Dedup ids ever remembered: the number of the newest in the file."""
+        self.recovered = False
+        """A durable replica that began from the state its file held."""
+        if self.durable:
+            self._recover()
+
+    # ------------------------------------------------------------ durable replicas
+
+    def _recover(self) -> None:
+        """Begin from the state the file holds, if any. It is a prefix of what
+        the replica applied, but ops it had received and not yet applied died
+        with it (another replica may have applied and acknowledged them), so
+        its state is tentative: like a replica left out alone, it goes on only
+        with replicas that may hold more, or with the whole last primary view.
+        What it leased to itself went to a consumer that died with it: given
+        back at the next settle point."""
+        with self.store.batch() as db:
+            replica_disk.create(db)
+            try:
+                record, ids = replica_disk.load(db, self.name)
+            except (ValueError, struct.error) as exc:
+                raise UsageError(f"replicated queue {self.name}: cannot use {self.store.path}: {exc}") from None
+        if record is None:
+            with self._durably():
+                pass  # the file names its queue from the start
+            return
+        self.applied, self.digest, self.generation = record.applied, record.digest, record.generation
+        self._limit_in_force = record.limit or None
+        self.primary, self.attempt = record.primary, (record.attempt_generation, record.attempt)
+        self.tentative = record.applied > 0 or record.generation > 0
+        self._dedup = OrderedDict.fromkeys(ids)
+        self._ids_remembered = len(ids)
+        self._orphans = self.store.leases_of(QUEUE, f"m:{self.me}")
+        self.recovered = True
+        with self._durably():
+            pass
+
+    def _record(self) -> replica_disk.Record:
+        return replica_disk.Record(self.applied, self.digest, self.generation, self._limit_in_force or 0,
+                                   self.tentative, self.primary, *self.attempt)
+
+    @contextmanager
+    def _durably(self, replaced_ids: bool = False) -> Iterator[None]:
+        """The changes made inside, with the replica's standing and the dedup
+        ids remembered meanwhile, commit in one transaction (durable replicas;
+        a memory replica just runs the block). ``replaced_ids``: a snapshot
+        replaced the dedup window. Nothing is acknowledged before the commit."""
+        if not self.durable:
+            yield
+            return
+        with self.store.batch() as db:
+            yield
+            if replaced_ids:
+                replica_disk.replace_ids(db, list(self._dedup))
+                self._ids_remembered, self._unsaved_ids = len(self._dedup), []
+            replica_disk.save(db, self.name, self._record(), self._unsaved_ids, self._ids_remembered,
+                              self._dedup_window)
+            self._unsaved_ids = []
 
     # ------------------------------------------------------------ client side
 
@@ -674,7 +740,8 @@ class ReplicatedQueue:
         (HELLO) and, once all are heard, the one furthest on provides its
         snapshot to those behind (Amir's primary component, state by transfer)."""
         if self.standing is Standing.SETTLED and event.members == (self.me,) and len(self.members) > 1:
-            self.tentative = True  # alone now: as when left out alone (``_on_transitional``)
+            with self._durably():
+                self.tentative = True  # alone now: as when left out alone (``_on_transitional``)
         self.transitional = False
         self.members, self.view_id = event.members, event.view_id
         self._view = _view_token(event.view_id)
@@ -709,7 +776,8 @@ class ReplicatedQueue:
             # the others applied in the regular view (safe order: we held
             # them) may never apply here, so our state may lack an
             # acknowledged write. It goes on only as a tentative one.
-            self.tentative = True
+            with self._durably():
+                self.tentative = True
 
     def _enter_minority(self, why: str) -> None:
         self.standing, self._why_not = Standing.MINORITY, why
@@ -740,7 +808,8 @@ class ReplicatedQueue:
         self._provider = provider
         self._behind = frozenset(m for m, h in self._hellos.items() if h.standing != best.standing)
         self._next_generation = best.generation + 1
-        self.attempt = (self._next_generation, self.members)  # until we settle it
+        with self._durably():
+            self.attempt = (self._next_generation, self.members)  # until we settle it
         if not self._behind:
             self._become_settled(self._behind)
             return
@@ -763,7 +832,11 @@ class ReplicatedQueue:
           five replicas, all restarted, once began afresh while the two
           others held the queue, and every write of that fresh start was lost
           when the five met: nemesis, queue workload, seed 1581192924);
-        * the best state settled in a transitional view (``Hello.tentative``):
+        * the best state is tentative (``Hello.tentative``): it settled in a
+          transitional view, or its replica was left out alone, or it is a
+          durable replica's state after a restart (ops it held but had not
+          applied died with it, and others may have applied them). Say it
+          settled in a transitional view:
           the members of that primary on the other side may never have settled
           it and may have gone on from the state before, so all of them must
           be here (a side of two settled while the three others went on and
@@ -790,8 +863,9 @@ class ReplicatedQueue:
         if not best.primary:
             return f"no replica here holds the queue's state yet, and a first start needs all {self.replicas}"
         if best.tentative and not set(best.primary) <= here:
-            return (f"replicas {_names(set(best.primary) - here)} may hold a newer state (the latest primary "
-                    f"view, of {_names(best.primary)}, settled here only as it ended)")
+            return (f"replicas {_names(set(best.primary) - here)} may hold a newer state (the best state here, "
+                    f"of the primary view of {_names(best.primary)}, is tentative: it settled as that view ended, "
+                    "or its replica was left out alone or restarted)")
         holders = sum(1 for m, h in self._hellos.items() if h.generation == best.generation and m in best.primary)
         if 2 * holders <= len(best.primary):
             return (f"{holders} of the {len(best.primary)} replicas of the latest primary view "
@@ -814,24 +888,34 @@ class ReplicatedQueue:
         self._chunks = {}
         if behind:
             try:
-                self._load(image)
+                # The snapshot and the settle point's changes commit together.
+                with self._load(image):
+                    self._settle_state(self._behind)
             except (ValueError, struct.error, sqlite3.Error):
                 self.dropped_undecodable += 1  # stays behind; the next view change tries again
                 return
             self.transfers += 1
-        self._become_settled(self._behind)
+        self._become_settled(self._behind, state_settled=behind)
 
-    def _become_settled(self, behind: frozenset[int]) -> None:
-        """Ops apply from here: first those delivered while this view settled."""
-        self.generation, self.primary = self._next_generation, self.members
-        # Delivered in a transitional view, the settle point may never reach the
-        # members on the other side: they may go on from the state before it.
-        self.tentative = self.transitional
-        self.attempt = (0, ())
-        for owner in self.store.lease_owners(QUEUE):
-            member = int(owner[2:]) if owner.startswith("m:") and owner[2:].isdigit() else None
-            if member is None or member not in self.members or member in behind:
-                self.store.release_consumer(owner)  # counts as a delivery: may retire
+    def _settle_state(self, behind: frozenset[int]) -> None:
+        """The settle point's changes to the state: the new generation, and the
+        leases of consumers gone or behind go back."""
+        with self._durably():
+            self.generation, self.primary = self._next_generation, self.members
+            # Delivered in a transitional view, the settle point may never reach the
+            # members on the other side: they may go on from the state before it.
+            self.tentative = self.transitional
+            self.attempt = (0, ())
+            for owner in self.store.lease_owners(QUEUE):
+                member = int(owner[2:]) if owner.startswith("m:") and owner[2:].isdigit() else None
+                if member is None or member not in self.members or member in behind:
+                    self.store.release_consumer(owner)  # counts as a delivery: may retire
+
+    def _become_settled(self, behind: frozenset[int], state_settled: bool = False) -> None:
+        """Ops apply from here: first those delivered while this view settled.
+        ``state_settled``: ``_settle_state`` ran already (with a loaded snapshot)."""
+        if not state_settled:
+            self._settle_state(behind)
         self.standing = Standing.SETTLED
         if not self.transitional:
             self._decide_kept(loaded=self.me in behind)
@@ -885,15 +969,19 @@ class ReplicatedQueue:
         head = _SNAPSHOT.pack(self.applied, self._limit_in_force or 0, len(self._dedup), self.digest)
         return head + b"".join(self._dedup) + self.store.snapshot()
 
-    def _load(self, image: bytes) -> None:
+    @contextmanager
+    def _load(self, image: bytes) -> Iterator[None]:
+        """Take a provider's snapshot; what the block does commits with it."""
         applied, limit, count, digest = _SNAPSHOT.unpack_from(image)
         start = _SNAPSHOT.size + 16 * count
         if len(image) < start:
             raise ValueError("short snapshot")
         ids = [image[_SNAPSHOT.size + 16 * i:_SNAPSHOT.size + 16 * (i + 1)] for i in range(count)]
-        self.store.restore(image[start:])
-        self.applied, self._limit_in_force, self.digest = applied, limit or None, digest
-        self._dedup = OrderedDict.fromkeys(ids)
+        with self.store.loading(image[start:]) as load, self._durably(replaced_ids=True):
+            load()
+            self.applied, self._limit_in_force, self.digest = applied, limit or None, digest
+            self._dedup = OrderedDict.fromkeys(ids)
+            yield
 
     # ------------------------------------------------------------ the replicated state machine
 
@@ -902,25 +990,26 @@ class ReplicatedQueue:
         (never this replica's clock or configuration): that keeps replicas equal."""
         if isinstance(op, (Hello, State)):
             return
-        self.applied += 1
-        self.digest = _chain(self.digest, sender, raw)
         leased: list[Message] = []
         settled: list[int] = []
-        if isinstance(op, Put):
-            self._apply_put(op)
-        elif not self._first_time(_request_id(sender, op.request)):
-            pass  # sent again after a view change that had applied it: once is enough
-        elif isinstance(op, Get):
-            leased = self._apply_get(sender, op)
-        elif isinstance(op, Settle):
-            owner = f"m:{sender}"
-            settled = self.store.leased_to(QUEUE, owner, op.tags)  # the rest are not this member's now
-            if op.release:
-                self.store.release(settled, owner)
+        with self._durably():  # committed (a durable replica) before anyone hears of it
+            self.applied += 1
+            self.digest = _chain(self.digest, sender, raw)
+            if isinstance(op, Put):
+                self._apply_put(op)
+            elif not self._first_time(_request_id(sender, op.request)):
+                pass  # sent again after a view change that had applied it: once is enough
+            elif isinstance(op, Get):
+                leased = self._apply_get(sender, op)
+            elif isinstance(op, Settle):
+                owner = f"m:{sender}"
+                settled = self.store.leased_to(QUEUE, owner, op.tags)  # the rest are not this member's now
+                if op.release:
+                    self.store.release(settled, owner)
+                else:
+                    self.store.ack(settled, owner)
             else:
-                self.store.ack(settled, owner)
-        else:
-            self.store.purge_dead(QUEUE)
+                self.store.purge_dead(QUEUE)
         self._finish_own(sender, op, None, leased, settled)
         self._notify()
 
@@ -937,6 +1026,9 @@ class ReplicatedQueue:
         self._dedup[key] = None
         if len(self._dedup) > self._dedup_window:
             self._dedup.popitem(last=False)
+        if self.durable:
+            self._unsaved_ids.append(key)
+            self._ids_remembered += 1
         return True
 
     def _apply_put(self, op: Put) -> None:
@@ -965,7 +1057,8 @@ class ReplicatedQueue:
 
 @asynccontextmanager
 async def open_replicated_queue(node: sgcs.NodeHandle, name: str, *, replicas: int, dedup_window: int = 1_000_000,
-                                delivery_limit: int | None = None) -> AsyncIterator[ReplicatedQueue]:
+                                delivery_limit: int | None = None, path: str | os.PathLike[str] | None = None,
+                                fsync: str = "normal") -> AsyncIterator[ReplicatedQueue]:
     """Be a replica of the replicated queue ``name`` for the duration of the block.
 
     ``replicas``: how many replicas the queue has (give every replica the
@@ -974,7 +1067,16 @@ async def open_replicated_queue(node: sgcs.NodeHandle, name: str, *, replicas: i
     out that many times and released (or whose consumer left) is retired,
     dead, instead of handed out again. Give every replica the same: each GET
     carries its issuer's limit, and the one in force at every replica is the
-    last applied GET's."""
+    last applied GET's.
+
+    ``path``: an SQLite file for this replica's state (its own: one per
+    replica), so that a restarted replica begins where it stopped instead of
+    empty; None keeps the state in memory, and a queue of memory replicas
+    loses everything once all of its replicas restart. ``fsync`` as
+    ``QueueStore``'s: ``"normal"`` survives ``kill -9``, ``"full"`` also a
+    power cut. Keep the node's ``node_id`` across restarts: the leases of a
+    replica that came back under another id go back at the next settle point
+    as well, but only then."""
     check_queue_name(name)
     if type(replicas) is not int or not 1 <= replicas <= 1_000:
         raise UsageError(f"replicas must be the number of replicas of the queue (1 to 1000), got {replicas!r}")
@@ -987,7 +1089,7 @@ async def open_replicated_queue(node: sgcs.NodeHandle, name: str, *, replicas: i
     try:
         async with node.join(f"sgcs.rq.{name}", order=sgcs.Order.SAFE) as group, background() as nursery:
             queue = ReplicatedQueue(group, name, replicas=replicas, dedup_window=dedup_window,
-                                    delivery_limit=delivery_limit)
+                                    delivery_limit=delivery_limit, path=path, fsync=fsync)
             queue._nursery = nursery
             nursery.start_soon(queue._run)
             await queue._view_ready.wait()

@@ -71,8 +71,8 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Container, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from sgcs.errors import SgcsError, UsageError
@@ -265,7 +265,11 @@ class QueueStore:
     """Named queues in one SQLite database; ``path=":memory:"`` for memory queues."""
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, fsync: str = "normal",
-                 max_depth: int = DEFAULT_MAX_DEPTH, audit: bool = False) -> None:
+                 max_depth: int = DEFAULT_MAX_DEPTH, audit: bool = False, release_leases: bool = True) -> None:
+        """``release_leases``: give back at open every lease of the previous
+        incarnation (its consumers died with it). A replica of a replicated
+        queue passes False: its leases are replicated state, given back only
+        by the ops of the stream."""
         if fsync not in FSYNC_MODES:
             raise UsageError(f"fsync must be one of {', '.join(FSYNC_MODES)}, got {fsync!r}")
         if type(max_depth) is not int or max_depth < 1:
@@ -275,6 +279,8 @@ class QueueStore:
         self.fsync = fsync
         self.max_depth = max_depth
         self.audit = audit
+        self._depth = 0
+        """Open transactions: 0, or 1 plus the savepoints nested in it (``batch``)."""
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -287,7 +293,7 @@ class QueueStore:
         self.origin = self._origin()
         self.dead_lettered = 0
         """Messages moved to a dead-letter queue (or made dead) for their delivery limit or TTL."""
-        self.recovered_leases = self._release_all()
+        self.recovered_leases = self._release_all() if release_leases else 0
         self._tx_counter = 0
 
     # ------------------------------------------------------------ plumbing
@@ -305,14 +311,28 @@ class QueueStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One SQLite write transaction: committed on success, rolled back on error."""
-        self._db.execute("BEGIN IMMEDIATE")
+        """One SQLite write transaction: committed on success, rolled back on
+        error. Inside another (``batch``) it is a savepoint of that one."""
+        outer = self._depth == 0
+        name = f"s{self._depth}"
+        self._db.execute("BEGIN IMMEDIATE" if outer else f"SAVEPOINT {name}")
+        self._depth += 1
         try:
             yield self._db
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._depth -= 1
+            self._db.execute("ROLLBACK" if outer else f"ROLLBACK TO {name}")
+            if not outer:
+                self._db.execute(f"RELEASE {name}")
             raise
-        self._db.execute("COMMIT")
+        self._depth -= 1
+        self._db.execute("COMMIT" if outer else f"RELEASE {name}")
+
+    def batch(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One transaction around several calls, all committed or none (each
+        call's own transaction becomes a savepoint of it). The connection it
+        yields may write tables of the caller's own in the same transaction."""
+        return self._tx()
 
     def _origin(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key='origin'").fetchone()
@@ -502,6 +522,11 @@ class QueueStore:
             self._retire_over_limit()
             return done
 
+    def leases_of(self, queue: str, consumer: str) -> list[int]:
+        """The tags leased to ``consumer`` in ``queue``, oldest first."""
+        return [row[0] for row in self._db.execute(
+            "SELECT seq FROM messages WHERE queue=? AND state=1 AND owner=? ORDER BY seq", (queue, consumer))]
+
     def leased_to(self, queue: str, consumer: str, tags: Sequence[int]) -> list[int]:
         """Those of ``tags`` that are leased to ``consumer`` now, in the order given."""
         return self._tags_where(queue, tags, "state=1 AND owner=?", (consumer,))
@@ -529,11 +554,68 @@ class QueueStore:
         return self._db.serialize()
 
     def restore(self, image: bytes) -> None:
-        """Replace the whole store by a ``snapshot`` of another (memory stores only)."""
-        if self.durable:
-            raise UsageError("restore replaces a memory store only")
-        self._db.deserialize(image)
-        self._db.execute("PRAGMA quick_check").fetchall()  # a bad image raises sqlite3.DatabaseError here
+        """Replace the whole store by a ``snapshot`` of another, in one transaction."""
+        with self.loading(image) as load, self._tx():
+            load()
+
+    @contextmanager
+    def loading(self, image: bytes) -> Iterator[Callable[[], None]]:
+        """Stage a ``snapshot`` of another store; the ``load()`` it yields
+        replaces this store's content by it. In a durable store, call it inside
+        ``batch()``: the new content commits with the batch's other writes, or
+        none of it does (a crash between the two would leave a state nobody
+        had). A memory store takes the image at once (nothing to survive), and
+        ``load()`` does nothing. A bad image raises ``sqlite3.DatabaseError``
+        before anything changes."""
+        if not self.durable:
+            self._db.deserialize(image)
+            self._db.execute("PRAGMA quick_check").fetchall()  # a bad image raises here
+            with self._tx():
+                self._keep_origin()
+            yield lambda: None
+            return
+        # SQLite attaches a file, not bytes, and not inside a transaction: the
+        # image goes to a file beside the store, attached for the copy.
+        staged = f"{self.path}.loading"
+        with open(staged, "wb") as out:
+            # The image of a WAL store says so in bytes 18-19; attached as it is,
+            # it would grow -wal and -shm files beside it. Rollback mode needs none.
+            out.write(image[:18] + b"\x01\x01" + image[20:] if image[18:20] == b"\x02\x02" else image)
+        try:
+            check = sqlite3.connect(staged)
+            try:
+                check.execute("PRAGMA quick_check").fetchall()
+            finally:
+                check.close()
+            self._db.execute("ATTACH DATABASE ? AS staged", (staged,))
+            try:
+                yield self._copy_staged
+            finally:
+                self._db.execute("DETACH DATABASE staged")
+        finally:
+            os.unlink(staged)
+
+    def _copy_staged(self) -> None:
+        """Every table of this store takes the staged image's rows (columns by
+        name: a file written before a column was added has it last)."""
+        with self._tx():
+            staged = {row[0] for row in self._db.execute("SELECT name FROM staged.sqlite_master WHERE type='table'")}
+            for (table,) in self._db.execute("SELECT name FROM main.sqlite_master WHERE type='table'").fetchall():
+                self._db.execute(f"DELETE FROM main.{table}")
+                if table not in staged:
+                    continue
+                ours = [row[1] for row in self._db.execute(f"PRAGMA main.table_info({table})")]
+                theirs = {row[1] for row in self._db.execute(f"PRAGMA staged.table_info({table})")}
+                columns = ", ".join(c for c in ours if c in theirs)
+                self._db.execute(f"INSERT INTO main.{table}({columns}) SELECT {columns} FROM staged.{table}")
+            # The triggers counted the copy on top of the copied counts: count again.
+            self._db.execute("DELETE FROM depth")
+            self._db.execute("INSERT INTO depth SELECT queue, count(*) FROM messages GROUP BY queue")
+            self._keep_origin()
+
+    def _keep_origin(self) -> None:
+        """The image came with its store's transmission origin: this store keeps its own."""
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES('origin', ?)", (self.origin.to_bytes(8, "big"),))
 
     def expire(self, now: float) -> int:
         """Leases whose deadline passed become ready again; returns how many."""
