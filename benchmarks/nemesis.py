@@ -491,10 +491,12 @@ class Members:
     """Member i on host i (``tests/membership_peer.py`` under ``ip netns exec``)."""
 
     def __init__(self, hosts: netns.Hosts, workdir: Path, order: str, rate: float, lifetime: float,
-                 queue: bool = False) -> None:
+                 queue: bool = False, queue_store: str = "disk") -> None:
         self.hosts, self.workdir, self.order, self.rate, self.lifetime = hosts, workdir, order, rate, lifetime
         self.queue = queue
         """The replicated-queue workload: every member a replica of one queue (safe order)."""
+        self.queue_store = queue_store
+        """disk: each replica keeps its state in ``member-<id>.rq.sqlite`` across restarts; memory: it restarts empty."""
         self.ids = list(range(1, len(hosts.names) + 1))
         self.multicast = private_group()
         self.all: list[Incarnation] = []
@@ -515,7 +517,9 @@ class Members:
                    "--rate", str(self.rate), "--multicast-group", self.multicast,
                    "--multicast-port", str(MULTICAST_PORT), f"--set=bind_host={self.hosts.addresses[member - 1]}",
                    "--lifetime", str(self.lifetime), "--trace", str(trace),
-                   *(["--queue", str(len(self.ids))] if self.queue else [])]
+                   *(["--queue", str(len(self.ids))] if self.queue else []),
+                   *(["--queue-path", str(self.workdir / f"member-{member}.rq.sqlite")]
+                     if self.queue and self.queue_store == "disk" else [])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS), os.environ.get("PYTHONPATH", "")])}
         with (self.workdir / f"member-{member}.{number}.stderr").open("w") as stderr:
             # a session of its own: a Ctrl-C for the harness does not reach the members
@@ -834,6 +838,7 @@ def replay_command(args: argparse.Namespace) -> str:
     return (f"python benchmarks/nemesis.py --members {args.members} --seconds {args.seconds:g} --order {args.order} "
             f"--seed {args.seed} --faults {','.join(args.faults)} --overlap {args.overlap} --rate {args.rate:g}"
             + (" --workload queue" if args.workload == "queue" else "")
+            + (" --queue-store memory" if args.workload == "queue" and args.queue_store == "memory" else "")
             + (" --outage {}:{:g}:{:g}".format(*args.outage) if args.outage else ""))
 
 
@@ -883,7 +888,9 @@ def queue_figures(members: Members) -> dict[str, Any]:
             "consumed": len(consumed), "consumed_twice": sorted(m for m, n in consumed.items() if n > 1)[:20],
             "ack_uncertain": len(uncertain - set(consumed)),
             "lost": sorted(missing - amnesia)[:20], "lost_with_every_replica": len(amnesia),
-            "fresh_starts": len({view for _, view in fresh}), "left_in_queue": len(remaining),
+            "fresh_starts": len({view for _, view in fresh}),
+            "recovered_starts": sum(1 for e in lines if e.get("event") == "ready" and e.get("recovered")),
+            "left_in_queue": len(remaining),
             "final_states": len(last), "states_equal": len(states) == 1 and len(last) == len(members.ids),
             "final_reports": len(finals)}
 
@@ -897,7 +904,7 @@ def run(args: argparse.Namespace, workdir: Path, say: Callable[[str], None] = pr
     stopped_at: float | None = None
     with netns.hosts(args.members) as hosts:
         members = Members(hosts, workdir, "safe" if args.workload == "queue" else args.order, args.rate, lifetime,
-                          queue=args.workload == "queue")
+                          queue=args.workload == "queue", queue_store=args.queue_store)
         nemesis = Nemesis(faults, hosts, members, args.seed, say)
         try:
             for command in setup_commands(hosts):
@@ -1044,6 +1051,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--workload", default="group", choices=("group", "queue"),
                         help="group: multicasts in --order; queue: every member a replica of one replicated queue "
                              "(safe order), putting at --rate and consuming")
+    parser.add_argument("--queue-store", default="disk", choices=("disk", "memory"),
+                        help="queue workload: replicas keep their state in a file across restarts (disk), "
+                             "or in memory, so that the queue empties once every replica has restarted")
     parser.add_argument("--outage", type=_outage, default=None, metavar="MEMBER:START:END",
                         help="also kill MEMBER from START to END seconds (e.g. a replica that misses 10,000 writes)")
     parser.add_argument("--keep", type=Path, default=None, help="run directory (traces, members' stderr) to keep")

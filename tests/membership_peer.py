@@ -29,6 +29,7 @@ port and merely falls silent, and the failure detector must tell the two apart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -38,6 +39,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
@@ -76,6 +78,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--queue", type=int, metavar="REPLICAS",
                         help="instead: be a replica of the replicated queue 'jobs' of REPLICAS replicas, put at "
                              "--rate, consume, and report acked, refused, received and consumed ids")
+    parser.add_argument("--queue-path", help="with --queue: the replica's SQLite file (none: in memory)")
     return parser.parse_args(argv)
 
 
@@ -137,8 +140,9 @@ async def run_queue(args: argparse.Namespace) -> None:
     incarnation = f"{args.id}.{os.getpid()}"
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # until ``work`` listens: never a death
     async with sgcs.open_node(config_of(args), trace=args.trace) as node, \
-            open_replicated_queue(node, "jobs", replicas=args.queue) as queue:
-        emit("ready", id=node.id, pid=os.getpid(), address=list(node.address))
+            open_replicated_queue(node, "jobs", replicas=args.queue, path=args.queue_path) as queue:
+        emit("ready", id=node.id, pid=os.getpid(), address=list(node.address), recovered=queue.recovered,
+             applied=queue.applied, gen=queue.generation)
         _trace_replica(queue)
 
         async def views() -> None:
@@ -232,18 +236,20 @@ def _trace_replica(queue: Any) -> None:
         elif isinstance(op, Put) and sender == queue.me:
             emit("rq_put", body=op.body.decode(errors="replace"), **standing())
 
-    def traced_settled(behind: frozenset[int]) -> None:
+    def traced_settled(behind: frozenset[int], state_settled: bool = False) -> None:
         before = standing()
-        hellos = {m: [h.generation, h.applied, f"{h.digest:016x}", list(h.primary)]
+        hellos = {m: [h.generation, h.applied, f"{h.digest:016x}", list(h.primary), h.tentative]
                   for m, h in queue._hellos.items()}
-        settled(behind)
+        settled(behind, state_settled)
         emit("rq_settle", provider=queue._provider, behind=sorted(behind), hellos=hellos, before=before,
              **standing())
 
-    def traced_load(image: bytes) -> None:
+    @contextlib.contextmanager
+    def traced_load(image: bytes) -> Iterator[None]:
         before = standing()
         held = queue.store._db.execute("SELECT msg_id, body FROM messages").fetchall()
-        load(image)
+        with load(image):
+            yield
         # a message this replica held whose PUT the loaded state never applied
         vanished = [bytes(body).decode(errors="replace") for msg_id, body in held if bytes(msg_id) not in queue._dedup]
         emit("rq_load", provider=queue._provider, before=before, vanished=vanished, **standing())
