@@ -10,7 +10,9 @@ way, then waits for the consumer to drain, and checks by id. With
 ``--restart-after N`` the killed replica starts again once N more puts were
 acknowledged; it catches up by state transfer, and at the end every replica
 reports its state (ops applied, a digest of its queue, tags, dead messages and
-dedup ids), which must be equal.
+dedup ids), which must be equal. With ``--durable`` each replica keeps its
+state in a file (``rN.sqlite``): the restarted one begins from it, then
+loads the snapshot of what it missed.
 
     python benchmarks/queues_replicated.py --messages 10000
     python benchmarks/queues_replicated.py --messages 10000 --victim producer
@@ -47,7 +49,8 @@ async def replica(args: argparse.Namespace) -> None:
     config = sgcs.Config(name=f"r{args.index}", secret=SECRET, multicast_group=args.multicast_group,
                          multicast_port=args.multicast_port, beacon_interval=0.2)
     out = open(Path(args.dir) / f"r{args.index}.ids", "a")
-    async with sgcs.open_node(config) as node, open_replicated_queue(node, "jobs", replicas=3) as queue, \
+    path = Path(args.dir) / f"r{args.index}.sqlite" if args.durable else None
+    async with sgcs.open_node(config) as node, open_replicated_queue(node, "jobs", replicas=3, path=path) as queue, \
             trio.open_nursery() as nursery:
         nursery.start_soon(report_state, queue, Path(args.dir), args.index)
         with trio.fail_after(30):
@@ -105,7 +108,8 @@ def state_of(queue: object) -> dict[str, object]:
     digest.update(b"".join(queue._dedup))  # type: ignore[attr-defined]
     count = db.execute("SELECT count(*) FROM messages").fetchone()[0]
     return {"applied": queue.applied, "messages": count,  # type: ignore[attr-defined]
-            "digest": digest.hexdigest(), "transfers": queue.transfers}  # type: ignore[attr-defined]
+            "digest": digest.hexdigest(), "transfers": queue.transfers,  # type: ignore[attr-defined]
+            "recovered": queue.recovered}  # type: ignore[attr-defined]
 
 
 def free_port() -> int:
@@ -125,13 +129,14 @@ def harness(args: argparse.Namespace) -> int:
     group, port = f"239.255.{net.randrange(256)}.{net.randrange(1, 255)}", free_port()
     print(f"seed {args.seed}; replay: python benchmarks/queues_replicated.py --messages {args.messages} "
           f"--victim {args.victim} --seed {args.seed}"
-          f"{'' if args.restart_after is None else f' --restart-after {args.restart_after}'}; files in {args.dir}")
+          f"{'' if args.restart_after is None else f' --restart-after {args.restart_after}'}"
+          f"{' --durable' if args.durable else ''}; files in {args.dir}")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     procs, commands = [], []
     for index in range(3):
         commands.append(cmd := [sys.executable, "-P", __file__, "--index", str(index), "--dir", args.dir, "--messages",
                str(args.messages), "--batch", str(args.batch), "--size", str(args.size), "--idle", str(args.idle),
-               "--multicast-group", group, "--multicast-port", str(port)])
+               "--multicast-group", group, "--multicast-port", str(port), *(["--durable"] if args.durable else [])])
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env,
                                       stderr=open(Path(args.dir) / f"r{index}.log", "w")))
     try:
@@ -214,6 +219,7 @@ def main() -> int:
     parser.add_argument("--restart-after", type=int, default=None,
                         help="restart the killed replica after this many further acknowledged puts")
     parser.add_argument("--rejoin", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--durable", action="store_true", help="replicas keep their state in files in --dir")
     parser.add_argument("--seed", type=int, default=random.SystemRandom().randrange(10**6))
     parser.add_argument("--multicast-group")
     parser.add_argument("--multicast-port", type=int)

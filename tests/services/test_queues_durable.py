@@ -158,6 +158,8 @@ def test_a_snapshot_loads_into_a_file_with_other_writes_all_or_nothing(tmp_path:
     with store.loading(source.snapshot()) as load, store.batch():
         load()
         store.put("q", b"after")
+    sequence = "SELECT * FROM sqlite_sequence ORDER BY name"
+    assert store._db.execute(sequence).fetchall() == [("messages", 51)]  # the image's, then one put
     store.close()
     again = QueueStore(tmp_path / "d.sqlite", release_leases=False)
     assert again.info("q").leased == 2 and again.info("q").ready == 49

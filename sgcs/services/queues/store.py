@@ -600,7 +600,9 @@ class QueueStore:
         name: a file written before a column was added has it last)."""
         with self._tx():
             staged = {row[0] for row in self._db.execute("SELECT name FROM staged.sqlite_master WHERE type='table'")}
-            for (table,) in self._db.execute("SELECT name FROM main.sqlite_master WHERE type='table'").fetchall():
+            tables = [row[0] for row in self._db.execute("SELECT name FROM main.sqlite_master WHERE type='table'")]
+            # Last: an INSERT into an AUTOINCREMENT table writes its sqlite_sequence row, even of no rows.
+            for table in sorted(tables, key=lambda name: name == "sqlite_sequence"):
                 self._db.execute(f"DELETE FROM main.{table}")
                 if table not in staged:
                     continue
