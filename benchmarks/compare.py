@@ -35,7 +35,7 @@ Sections (``--only`` picks some; default all):
   50 (each batch acknowledged before the next), kill -9 of a replica that is not
   the producer's while the puts go on (sgcs: within 1.5 s of the start; RabbitMQ:
   half-way): sgcs's ``benchmarks/queues_replicated.py`` (3 processes
-  on loopback, safe order, replicas in memory) against a RabbitMQ 3.10 quorum
+  on loopback, safe order, each replica's state in its SQLite file, fsync normal) against a RabbitMQ 3.10 quorum
   queue (3 nodes, Raft, publisher confirms, the killed node a follower;
   ``/work/shared/bench/rabbitmq/run.sh quorum``, needs root). Rows: put msg/s,
   acknowledged messages lost, messages received twice.
@@ -280,7 +280,7 @@ def parse_corosync(stdout: str) -> Figures:
 
 def replicated_queue(messages: int) -> Job:
     command = [sys.executable, str(ROOT / "benchmarks" / "queues_replicated.py"), "--messages", str(messages),
-               "--batch", "50", "--size", "100"]
+               "--batch", "50", "--size", "100", "--durable"]
     return Job(f"sgcs replicated queue {messages}x100", "sgcs", tuple(command), 600.0, parse_json)
 
 
@@ -536,7 +536,7 @@ def rows_for(section: str, plan: Plan, args: argparse.Namespace, only: set[str],
         load = f"3 replicas, {puts:,} puts × 100 B in batches of 50, kill -9 of a replica meanwhile"
         return [Row(f"{load}: put msg/s", figures(runs, sg, "put_msg_per_s"), "RabbitMQ quorum queue",
                     figures(runs, rq, "put_msg_per_s"),
-                    note="sgcs's replicas hold the queue in memory; RabbitMQ's Raft log is on disk"),
+                    note="both on disk: sgcs's replicas in SQLite files (fsync normal), RabbitMQ's Raft log"),
                 Row("  same: acknowledged messages lost", figures(runs, sg, "acknowledged_lost"),
                     "RabbitMQ quorum queue", figures(runs, rq, "acknowledged_lost")),
                 Row("  same: messages received twice", figures(runs, sg, "duplicates"),

@@ -51,7 +51,7 @@ class MemNode:
 
 
 class MemGroup:
-    """What a ``Module`` uses of an ``sgcs.GroupHandle``: ``node_id``, ``send``, iteration."""
+    """What a ``Module`` uses of an ``sgcs.GroupHandle``: ``node_id``, ``send``, iteration, ``receive_many``."""
 
     def __init__(self, owner: MemNode, name: str) -> None:
         self.owner, self.name = owner, name
@@ -94,6 +94,15 @@ class MemGroup:
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self.events_out.__aiter__()
+
+    async def receive_many(self) -> list[Any]:
+        """As ``GroupHandle.receive_many``: waits for one event, then takes every one queued."""
+        events = [await self.events_out.receive()]
+        while True:
+            try:
+                events.append(self.events_out.receive_nowait())
+            except trio.WouldBlock:
+                return events
 
 
 def route_to_groups(nodes: dict[int, MemNode]) -> Callable[[Any, Any], None]:

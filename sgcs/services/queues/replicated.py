@@ -97,6 +97,14 @@ PURGE) waits until the stream decides it; one that comes back in a
 ``Rollback`` or a ``NotDelivered``, or that a view change caught unapplied,
 is sent again (a PUT's id and the request ids make that idempotent).
 
+**Durable replicas** (``path``; ``replica_disk``). Each op commits in one
+SQLite transaction with the replica's standing and the ids it remembers, and
+a snapshot loads with its settle point's changes; nothing is acknowledged
+before its commit. A replica restarted from its file holds a prefix of its
+stream, but the ops it had received and not applied died with it, and
+another replica may have applied and acknowledged them: its state is
+tentative, like that of a replica left out alone.
+
 Limits: the set of applied ids kept for dedup is bounded (``dedup_window``).
 Receive is at least once across a consumer's crash (its leases go back to the
 queue). A write refused with ``NotPrimary`` after a partition began may still
@@ -436,6 +444,8 @@ class ReplicatedQueue:
         """Our writes to send again once ops apply in this view."""
         self._orphans: list[int] = []
         """Tags leased to us by a kept GET whose caller got ``NotPrimary``: given back at the next settle point."""
+        self._in_batch = False
+        """A ``_durably`` block is open: the ones inside it commit with it."""
         self._unsaved_ids: list[bytes] = []
         """Dedup ids remembered since the last save (durable replicas)."""
         self._ids_remembered = 0
@@ -486,17 +496,21 @@ class ReplicatedQueue:
         ids remembered meanwhile, commit in one transaction (durable replicas;
         a memory replica just runs the block). ``replaced_ids``: a snapshot
         replaced the dedup window. Nothing is acknowledged before the commit."""
-        if not self.durable:
-            yield
+        if not self.durable or self._in_batch:
+            yield  # inside another: it commits the changes, and saves the standing at its end
             return
-        with self.store.batch() as db:
-            yield
-            if replaced_ids:
-                replica_disk.replace_ids(db, list(self._dedup))
-                self._ids_remembered, self._unsaved_ids = len(self._dedup), []
-            replica_disk.save(db, self.name, self._record(), self._unsaved_ids, self._ids_remembered,
-                              self._dedup_window)
-            self._unsaved_ids = []
+        self._in_batch = True
+        try:
+            with self.store.batch() as db:
+                yield
+                if replaced_ids:
+                    replica_disk.replace_ids(db, list(self._dedup))
+                    self._ids_remembered, self._unsaved_ids = len(self._dedup), []
+                replica_disk.save(db, self.name, self._record(), self._unsaved_ids, self._ids_remembered,
+                                  self._dedup_window)
+                self._unsaved_ids = []
+        finally:
+            self._in_batch = False
 
     # ------------------------------------------------------------ client side
 
@@ -647,24 +661,53 @@ class ReplicatedQueue:
     # ------------------------------------------------------------ events
 
     async def _run(self) -> None:
-        async for event in self.group:
-            if isinstance(event, sgcs.Delivery):
-                try:
-                    op = decode_op_untrusted(event.payload)
-                except DecodeError:
-                    self.dropped_undecodable += 1
-                    continue
-                if event.sender == self.me:
-                    self._sent.pop(event.seq, None)
-                self._on_op(event.sender, op, bytes(event.payload))
-            elif isinstance(event, sgcs.ViewChange):
-                self._on_view(event)
-            elif isinstance(event, sgcs.TransitionalView):
-                self._on_transitional(event)
-            elif isinstance(event, sgcs.Rollback):
-                self._retry([seq for sender, seq in event.messages if sender == self.me])
-            elif isinstance(event, sgcs.NotDelivered) and event.to is None:
-                self._retry([event.message.seq])
+        while True:
+            try:
+                events = await self.group.receive_many()
+            except trio.EndOfChannel:
+                return
+            self._on_events(events)
+
+    def _on_events(self, events: list[sgcs.Event]) -> None:
+        """Handle the events that were queued together in one transaction (a
+        group commit, for durable replicas). Nothing is acknowledged before it
+        commits: a caller woken by an op's result runs only once this task
+        yields. The last STATE chunk loads a snapshot, which SQLite attaches
+        outside any transaction: STATE ops are handled alone."""
+        batch: list[sgcs.Event] = []
+        for event in events:
+            if isinstance(event, sgcs.Delivery) and event.payload[1:2] == bytes([STATE]):
+                self._on_batch(batch)
+                batch = []
+                self._on_event(event)
+            else:
+                batch.append(event)
+        self._on_batch(batch)
+
+    def _on_batch(self, events: list[sgcs.Event]) -> None:
+        if events:
+            with self._durably():
+                for event in events:
+                    self._on_event(event)
+
+    def _on_event(self, event: sgcs.Event) -> None:
+        if isinstance(event, sgcs.Delivery):
+            try:
+                op = decode_op_untrusted(event.payload)
+            except DecodeError:
+                self.dropped_undecodable += 1
+                return
+            if event.sender == self.me:
+                self._sent.pop(event.seq, None)
+            self._on_op(event.sender, op, bytes(event.payload))
+        elif isinstance(event, sgcs.ViewChange):
+            self._on_view(event)
+        elif isinstance(event, sgcs.TransitionalView):
+            self._on_transitional(event)
+        elif isinstance(event, sgcs.Rollback):
+            self._retry([seq for sender, seq in event.messages if sender == self.me])
+        elif isinstance(event, sgcs.NotDelivered) and event.to is None:
+            self._retry([event.message.seq])
 
     def _on_op(self, sender: int, op: Op, raw: bytes) -> None:
         if isinstance(op, Hello):
