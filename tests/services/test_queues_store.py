@@ -520,3 +520,25 @@ def test_a_changed_delivery_limit_retires_what_already_reached_it() -> None:
     assert store.set_delivery_limit("q", 2) == 1 and store.dead_messages("q") == [(m.msg_id, 0, b"a")]
     with pytest.raises(UsageError, match="ttl or expires_at"):
         store.put_many("q", [(b"x", 0)], ttl=1, expires_at=5.0)
+
+
+def test_under_fsync_full_puts_sync_and_receives_and_acks_do_not(tmp_path: Path) -> None:
+    """A lease and an acknowledgement may be lost in a power cut (one more
+    delivery, as at-least-once allows); a put may not."""
+    full = QueueStore(tmp_path / "full.db", fsync="full")
+    full.bind("q")
+    statements: list[str] = []
+    full._db.set_trace_callback(statements.append)
+    full.put("q", b"a")
+    assert not [s for s in statements if "synchronous" in s]
+    (message,) = full.get("q", "c")
+    full.ack([message.tag], "c")
+    assert [s for s in statements if "synchronous" in s] == ["PRAGMA synchronous=NORMAL", "PRAGMA synchronous=FULL"] * 2
+    with pytest.raises(UsageError):
+        full.get("q", "")  # refused before any transaction
+    full._db.set_trace_callback(None)
+    assert full._db.execute("PRAGMA synchronous").fetchone() == (2,)
+    full.put("q", b"b")
+    with full.batch():
+        (leased,) = full.get("q", "c")  # inside a batch: the batch's own setting
+    assert full._db.execute("PRAGMA synchronous").fetchone() == (2,) and leased.body == b"b"
