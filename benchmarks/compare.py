@@ -31,6 +31,11 @@ Sections (``--only`` picks some; default all):
   root): 3 and 4 members x 20,000 x 1,000 B, sgcs total and safe order against
   CPG's agreed order, msg/s received per member; 3 members x 250 msg/s x 1,000 B,
   latency p50/p99, sgcs FIFO and total against CPG's agreed order;
+* ``durable``: a durable queue, 20,000 puts of 100 B with priorities 0-9 one at a time
+  (each synced before it returns), 20,000 more in batches of 100, then receive + ack of
+  each and of 100 at a time: sgcs's ``QueueStore`` (``benchmarks/queues_throughput.py
+  --json full``, in the application's process, as sgcs's queue manager is) against a
+  RabbitMQ 3.10 durable priority queue with publisher confirms (``run.sh durable``);
 * ``quorum``: a replicated queue of 3 replicas, 10,000 puts of 100 B in batches of
   50 (each batch acknowledged before the next), kill -9 of a replica that is not
   the producer's while the puts go on (sgcs: within 1.5 s of the start; RabbitMQ:
@@ -88,7 +93,7 @@ JGROUPS_DIR = SHARED_BENCH / "jgroups"
 PEERS_DIR = SHARED_BENCH / "peers"
 SGCS = ROOT / ".venv" / "bin" / "sgcs"
 ALLOW_PURE = False  # --allow-pure
-SECTIONS = ("fifo", "total", "safe", "raft", "latency", "startup", "scaling", "quorum", "corosync")
+SECTIONS = ("fifo", "total", "safe", "raft", "latency", "startup", "scaling", "quorum", "durable", "corosync")
 SCALING_SIZES = (4, 8, 16)
 
 Figures = dict[str, Any]
@@ -108,11 +113,12 @@ class Plan:
     latency_messages: int = 2_500  # at 250 msg/s per member: 10 s
     scaling_received: int = 80_000  # every member receives this many at every size
     quorum_messages: int = 10_000  # replicated queue puts, one replica killed half-way
+    durable_messages: int = 20_000  # durable queue: puts one at a time, then in batches, then receives
 
 
 FULL = Plan()
 QUICK = Plan(messages=2_000, raft_ops=2_000, raft_paced_ops=200, latency_messages=500, scaling_received=8_000,
-             quorum_messages=2_000)
+             quorum_messages=2_000, durable_messages=2_000)
 
 
 # ----------------------------------------------------------------- jobs and runs
@@ -284,6 +290,17 @@ def replicated_queue(messages: int) -> Job:
     return Job(f"sgcs replicated queue {messages}x100", "sgcs", tuple(command), 600.0, parse_json)
 
 
+def durable_queue(messages: int) -> Job:
+    command = [sys.executable, str(ROOT / "benchmarks" / "queues_throughput.py"), "--messages", str(messages),
+               "--json", "full"]
+    return Job(f"sgcs durable queue {messages}x100", "sgcs", tuple(command), 600.0, parse_json)
+
+
+def rabbit_durable(messages: int) -> Job:
+    command = ["bash", str(SHARED_BENCH / "rabbitmq" / "run.sh"), "durable", str(messages), "100"]
+    return Job(f"rabbitmq durable {messages}x100", "RabbitMQ durable", tuple(command), 900.0, parse_json)
+
+
 def rabbit_quorum(messages: int) -> Job:
     command = ["env", "BATCH=50", "bash", str(SHARED_BENCH / "rabbitmq" / "run.sh"), "quorum", str(messages), "100"]
     return Job(f"rabbitmq quorum {messages}x100", "RabbitMQ quorum", tuple(command), 900.0, parse_rabbit_quorum)
@@ -444,6 +461,8 @@ def bouts_for(section: str, plan: Plan, args: argparse.Namespace, only: set[str]
                      [membership_start("kinship", "default"), membership_start("kinship", "local")])]
     if section == "quorum":
         return [Bout([replicated_queue(plan.quorum_messages)], [rabbit_quorum(plan.quorum_messages)])]
+    if section == "durable":
+        return [Bout([durable_queue(plan.durable_messages)], [rabbit_durable(plan.durable_messages)])]
     if section == "corosync":
         n = plan.latency_messages
         return [Bout([sgcs_netns(members, m, 1000, order) for order in ("total", "safe")], [corosync(members, m, 1000)])
@@ -541,6 +560,19 @@ def rows_for(section: str, plan: Plan, args: argparse.Namespace, only: set[str],
                     "RabbitMQ quorum queue", figures(runs, rq, "acknowledged_lost")),
                 Row("  same: messages received twice", figures(runs, sg, "duplicates"),
                     "RabbitMQ quorum queue", figures(runs, rq, "duplicates"))]
+    if section == "durable":
+        n = plan.durable_messages
+        sg, rb = f"sgcs durable queue {n}x100", f"rabbitmq durable {n}x100"
+        load = f"durable queue, {n:,} × 100 B, priorities 0-9, puts synced before they return"
+        return [Row(f"{load}: put, one confirm each (msg/s)", figures(runs, sg, "put_x1"), "RabbitMQ durable queue",
+                    figures(runs, rb, "put_x1_msgs_per_s"),
+                    note="sgcs: the application's own store (SQLite, fsync full); RabbitMQ: a broker over AMQP"),
+                Row("  same: put, batches of 100 (msg/s)", figures(runs, sg, "put_x100"), "RabbitMQ durable queue",
+                    figures(runs, rb, "put_batched_msgs_per_s")),
+                Row("  same: receive + ack each (msg/s)", figures(runs, sg, "get_ack_x1"), "RabbitMQ durable queue",
+                    figures(runs, rb, "get_ack_each_msgs_per_s")),
+                Row("  same: receive + ack, 100 at a time (msg/s)", figures(runs, sg, "get_ack_x100"),
+                    "RabbitMQ durable queue", figures(runs, rb, "get_ack_multiple100_msgs_per_s"))]
     if section == "corosync":
         n, rows = plan.latency_messages, []
         for members in (3, 4):

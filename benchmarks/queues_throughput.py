@@ -165,8 +165,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--pq-python", default="/tmp/pq-venv/bin/python")
+    parser.add_argument("--json", metavar="FSYNC", choices=("full", "normal", "off"),
+                        help="only the local store with this fsync, as one JSON line (benchmarks/compare.py)")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="sgcs-qtput-"))
+    if args.json:
+        figures = local(args.messages, args.json, directory)
+        print(json.dumps({"messages": args.messages, "size": len(BODY), "fsync": args.json,
+                          **{key.replace(" ", "_").replace("+", "_"): value for key, value in figures.items()}}))
+        return 0
     rows: list[tuple[str, str, int]] = []
     for fsync in ("full", "normal"):
         for op, value in local(args.messages, fsync, directory).items():
