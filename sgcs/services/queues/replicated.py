@@ -446,6 +446,8 @@ class ReplicatedQueue:
         """Tags leased to us by a kept GET whose caller got ``NotPrimary``: given back at the next settle point."""
         self._in_batch = False
         """A ``_durably`` block is open: the ones inside it commit with it."""
+        self._puts: list[tuple[bytes, int, bytes, float | None]] = []
+        """PUTs applied and not yet inserted into the store (``_flush_puts``)."""
         self._unsaved_ids: list[bytes] = []
         """Dedup ids remembered since the last save (durable replicas)."""
         self._ids_remembered = 0
@@ -496,13 +498,18 @@ class ReplicatedQueue:
         ids remembered meanwhile, commit in one transaction (durable replicas;
         a memory replica just runs the block). ``replaced_ids``: a snapshot
         replaced the dedup window. Nothing is acknowledged before the commit."""
-        if not self.durable or self._in_batch:
+        if self._in_batch:
             yield  # inside another: it commits the changes, and saves the standing at its end
             return
         self._in_batch = True
         try:
+            if not self.durable:
+                yield
+                self._flush_puts()
+                return
             with self.store.batch() as db:
                 yield
+                self._flush_puts()
                 if replaced_ids:
                     replica_disk.replace_ids(db, list(self._dedup))
                     self._ids_remembered, self._unsaved_ids = len(self._dedup), []
@@ -944,6 +951,7 @@ class ReplicatedQueue:
         """The settle point's changes to the state: the new generation, and the
         leases of consumers gone or behind go back."""
         with self._durably():
+            self._flush_puts()  # before the leases are read
             self.generation, self.primary = self._next_generation, self.members
             # Delivered in a transitional view, the settle point may never reach the
             # members on the other side: they may go on from the state before it.
@@ -1009,6 +1017,7 @@ class ReplicatedQueue:
             self._nursery.start_soon(self._send, keys)
 
     def _snapshot(self) -> bytes:
+        self._flush_puts()
         head = _SNAPSHOT.pack(self.applied, self._limit_in_force or 0, len(self._dedup), self.digest)
         return head + b"".join(self._dedup) + self.store.snapshot()
 
@@ -1036,6 +1045,8 @@ class ReplicatedQueue:
         leased: list[Message] = []
         settled: list[int] = []
         with self._durably():  # committed (a durable replica) before anyone hears of it
+            if not isinstance(op, Put):
+                self._flush_puts()  # what follows reads the store
             self.applied += 1
             self.digest = _chain(self.digest, sender, raw)
             if isinstance(op, Put):
@@ -1076,8 +1087,16 @@ class ReplicatedQueue:
 
     def _apply_put(self, op: Put) -> None:
         if self._first_time(op.msg_id):
-            expires_at = op.expires_ms / 1000 if op.expires_ms else None
-            self.store.put_many(QUEUE, [(op.body, op.priority)], [op.msg_id], expires_at=expires_at)
+            self._puts.append((op.body, op.priority, op.msg_id, op.expires_ms / 1000 if op.expires_ms else None))
+
+    def _flush_puts(self) -> None:
+        """Insert the PUTs applied since the last flush, in one statement (a
+        statement per PUT cost more than the rest of applying it). Done before
+        anything reads or replaces the store, and at the end of every
+        ``_durably`` block, inside its transaction."""
+        if self._puts:
+            rows, self._puts = self._puts, []
+            self.store.put_rows(QUEUE, rows)
 
     def _apply_get(self, sender: int, op: Get) -> list[Message]:
         limit = op.delivery_limit or None

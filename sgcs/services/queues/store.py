@@ -487,6 +487,18 @@ class QueueStore:
                 [(queue, priority, msg_id, body, expires) for (body, priority), msg_id in zip(rows, ids)])
         return ids
 
+    def put_rows(self, queue: str, rows: Sequence[tuple[bytes, int, bytes, float | None]]) -> None:
+        """Commit ``(body, priority, msg_id, expires_at)`` rows, checked already, in one
+        transaction: a replicated queue's PUTs, each with the expiry its op carries."""
+        if not self._accepts(queue):
+            raise UsageError(f"queue {queue!r} is not bound (or is draining); bind it before sending")
+        if not self._room(queue, len(rows)):
+            raise QueueFull(f"queue {queue!r} holds its max_depth of {self.max_depth} messages")
+        with self._tx():
+            self._db.executemany(
+                "INSERT INTO messages(queue, priority, msg_id, body, expires_at) VALUES(?, ?, ?, ?, ?)",
+                [(queue, priority, msg_id, body, expires) for body, priority, msg_id, expires in rows])
+
     # ------------------------------------------------------------ receive
 
     def get(self, queue: str, consumer: str, count: int = 1, *, lease_until: float | None = None,
