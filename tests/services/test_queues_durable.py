@@ -24,6 +24,14 @@ from sgcs.services.queues.store import QueueStore
 from test_queues_primary import _Silent, hellos_for, replicas, settled, state
 
 
+def messages_in(path: Path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute("SELECT count(*) FROM messages").fetchone()[0])
+    finally:
+        db.close()
+
+
 def saved(path: Path, name: str = "jobs") -> tuple[replica_disk.Record | None, list[bytes]]:
     """What another process would read from the replica's file now."""
     db = sqlite3.connect(path)
@@ -119,11 +127,31 @@ async def test_the_file_holds_the_standing_after_every_op(tmp_path: Path) -> Non
             queue._on_op(2, rq.decode_op_untrusted(op), op)
             record, ids = saved(path)
             assert record == queue._record() and ids == list(queue._dedup)[-4:]
+            assert messages_in(path) == i + 1  # the PUT itself committed with the standing
+        # events queued together: one transaction, the PUTs inserted in it
+        ops = [rq.encode_op(rq.Put(bytes([100 + i]) * 16, 0, 0, b"b")) for i in range(5)]
+        queue._on_events([sgcs.Delivery(3, 9 + i, op, "v1.1-x", "sgcs.rq.jobs") for i, op in enumerate(ops)])
+        record, _ = saved(path)
+        assert record == queue._record() and record.applied == 12 and messages_in(path) == 12
+        before = saved(path)
+
+        def failing(*args: object) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        queue.store.put_rows = failing  # type: ignore[method-assign]
+        op = rq.encode_op(rq.Put(b"\xf0" * 16, 0, 0, b"lost"))
+        with pytest.raises(sqlite3.OperationalError):
+            queue._on_op(2, rq.decode_op_untrusted(op), op)
+        assert saved(path) == before and messages_in(path) == 12  # all of the op, or none of it
+        del queue.store.put_rows
+        queue.applied, queue.digest = before[0].applied, before[0].digest  # as a restart would find it
+        queue._dedup.pop(b"\xf0" * 16)
+        queue._unsaved_ids, queue._ids_remembered = [], queue._ids_remembered - 1
         op = rq.encode_op(rq.Get(9, 2, 0, 3))
         queue._on_op(2, rq.decode_op_untrusted(op), op)
         await trio.testing.wait_all_tasks_blocked()
         record, _ = saved(path)
-        assert record == queue._record() and record.limit == 3 and record.applied == 8
+        assert record == queue._record() and record.limit == 3 and record.applied == 13
         queue.store.close()
 
 
