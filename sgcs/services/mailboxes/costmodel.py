@@ -1,42 +1,76 @@
-"""The paper's cost model, and a discrete-event check of it on the real post offices.
+"""The mailbox paper's cost model, and a discrete-event check of it on the real post offices.
 
-Theory of operation (equations (1) and (2), as docs/mailboxes.md rebuilds
-them, with q restored). A communication takes one of three paths:
-with probability rho1 the receiver runs in the sender's domain (the mail goes
-into its active mailbox at once); with probability rho2 it is in the sender
-domain's address book (one inter-domain mail); otherwise the home PO is asked
-(one query and one answer, then the mail). The receiver then pulls: a pull
-request and the mail, both inside its domain. With probability q the
-receiver is migrating, and the mail is forwarded once from the old PO to the
-new one (one more inter-domain mail). Sizes C_ctl and C_mail; the
-intra-domain bandwidth is ``ratio`` times the inter-domain one; time is in
-units of 1 KB / inter-domain bandwidth.
+Theory of operation. The mailbox paper, section 4.2 ("communication
+efficiency"), models one communication (MI A mails MI B, B pulls it) with:
+rho1 the probability that B runs in A's domain, rho2 the probability that B
+is in the address book of A's domain, q the probability that B is migrating
+between domains, C_ctl and C_mail the sizes of a control message and of a
+mail, and the times
 
-Equation (1), expected time per communication::
+    t_ctl   = C_ctl / delta_inter               (the paper's t_ur-ctl)
+    t_ml    = C_mail / delta_inter              (the paper's t_ur-ml)
+    t_intra = (C_ctl + C_mail) / delta_intra    (the pull: a request and the mail)
+    q       = t_mgt / (t_stay + t_mgt)
 
-    T = rho1 (C_ctl + C_mail)/B_intra
-      + rho2 (C_mail/B_inter + (C_ctl + C_mail)/B_intra)
-      + (1 - rho1 - rho2) ((2 C_ctl + C_mail)/B_inter + (C_ctl + C_mail)/B_intra)
-      + q C_mail/B_inter
+where t_mgt is the mean inter-domain migration time and t_stay the mean stay
+in a domain. The printed text reads "q = t_mgt/t_stay + t_mgt"; taken
+literally that is not a probability (it exceeds 1 whenever t_mgt > 0), so the
+parentheses are restored (:func:`migrating_probability`).
 
-Equation (2), traffic per communication (every byte, intra or inter)::
+Equation (1), expected time of one communication (:func:`expected_time`)::
 
-    D = rho1 (C_ctl + C_mail) + rho2 (2 C_mail + C_ctl)
-      + (1 - rho1 - rho2)(3 C_ctl + 2 C_mail) + q C_mail
+    T = rho1 t_intra
+      + rho2 [(1-q)(t_ml + t_intra) + q(2 t_ml + t_intra)]
+      + (1-rho1-rho2) [(1-q)(2 t_ctl + t_ml + t_intra) + q(2 t_ctl + 2 t_ml + t_intra)]
 
-The last term of (2) is the factor q the printed paper lacks (without it,
-traffic fell as migration rose, against the paper's own conclusion). The
-paper itself was not at hand: the terms above are rebuilt from a summary of
-it (the project's task description) and reproduce its worked example exactly (rho1 = rho2 = 0.1,
-q = 0: T = 5.70, D = 10.2). Migration cost: C_mgt = (D_fri + 2) C_ctl
-(DEREG, HOME_UPDATE and one UPDATE per friend domain).
+The migration term (one more inter-domain mail, the forward from the old
+PO) applies only when B is outside A's domain.
+
+Equation (2), traffic of one communication, C_dly. As printed, its last
+bracket lacks the factor q (:func:`expected_traffic_as_printed`)::
+
+    C_dly = rho1 (C_ctl + C_mail)
+          + rho2 [(1-q)(C_ctl + 2 C_mail) + q(C_ctl + 3 C_mail)]
+          + (1-rho1-rho2) [(1-q)(3 C_ctl + 2 C_mail) + (3 C_ctl + 3 C_mail)]
+
+which is a defect of the text: the three-step path would then cost
+26 KB at q = 0 instead of 11, and traffic would fall as q rises, against
+the paper's own reading of (2) ("the smaller q, the less traffic"). The
+corrected form, with q(3 C_ctl + 3 C_mail), is :func:`expected_traffic`.
+
+Equation (3), traffic of one inter-domain migration (:func:`migration_cost`)::
+
+    C_mgt = (D_fri + 2) C_ctl
+
+D_fri, which the paper does not define, is read as the number of friend
+domains (one UPDATE each); the 2 are DEREG and the home's update. The total
+migration cost of an MI's task is C = N_inter-mgt C_mgt
+(:func:`total_migration_cost`), N_inter-mgt the expected number of
+inter-domain migrations. The paper characterises it by two indices:
+eta = inter-domain migrations / all migrations (:func:`inter_domain_rate`)
+and xi = domains involved in communication / number of communications
+(:func:`dispersion`). Figure 5's experiment fixes 100 migrations, draws each
+one inter-domain with probability eta in {0.05, 0.1, 0.2}, and lets xi set
+the number of update messages of each inter-domain migration;
+:func:`simulate_figure5` repeats it on the real post offices, reading
+D_fri = xi * communications (the number of domains involved, an inference:
+the paper gives neither the formula nor the number of communications).
+
+The paper's experiment uses C_ctl = 1 KB, C_mail = 4 KB and
+delta_intra = 10 delta_inter (:class:`Costs`' defaults); time is in units of
+1 KB / delta_inter, so t_ctl = 1, t_ml = 4, t_intra = 0.5.
 
 ``simulate`` runs the actual :class:`PostOffice` machines on a timed network
 (each message takes size / bandwidth) for ``trials`` random communications
 and measures each mail's path: the transfer times and bytes of the messages
 that carried it or resolved its address (MAIL, FORWARD, QUERY, ANSWER, NACK),
 plus the pull. Acknowledgements, which the paper's reliable network does not
-need, are counted apart, as are the migration's own messages.
+need, are counted apart, as are the migration's own messages. ``simulate``
+draws "B is migrating" with probability q for every communication, B in A's
+domain included, and the real post office then forwards the mail; it
+therefore measures :func:`expected_time_with_local_forwards` and
+:func:`expected_traffic_with_local_forwards` (equations (1) and (2) plus
+rho1 q t_ml, resp. rho1 q C_mail), which equal the paper's at q = 0.
 """
 
 from __future__ import annotations
@@ -51,6 +85,8 @@ from .postoffice import PostOffice, Send, Settings
 
 @dataclass(frozen=True, slots=True)
 class Costs:
+    """Message sizes and bandwidths; the defaults are the paper's experiment."""
+
     c_ctl: float = 1.0
     """KB per control message."""
     c_mail: float = 4.0
@@ -58,25 +94,128 @@ class Costs:
     ratio: float = 10.0
     """Intra-domain bandwidth / inter-domain bandwidth."""
 
+    @property
+    def t_ctl(self) -> float:
+        """Inter-domain time of a control message, C_ctl / delta_inter."""
+        return self.c_ctl
+
+    @property
+    def t_ml(self) -> float:
+        """Inter-domain time of a mail, C_mail / delta_inter."""
+        return self.c_mail
+
+    @property
+    def t_intra(self) -> float:
+        """Time of a pull inside the domain, (C_ctl + C_mail) / delta_intra."""
+        return (self.c_ctl + self.c_mail) / self.ratio
+
+
+def _check(rho1: float, rho2: float, q: float) -> float:
+    """Validate the probabilities; returns 1 - rho1 - rho2."""
+    rho3 = 1.0 - rho1 - rho2
+    if rho1 < 0.0 or rho2 < 0.0 or rho3 < -1e-9 or not 0.0 <= q <= 1.0:
+        raise ValueError(f"need rho1, rho2 >= 0, rho1 + rho2 <= 1, 0 <= q <= 1: got {rho1}, {rho2}, {q}")
+    return max(rho3, 0.0)
+
+
+def migrating_probability(t_stay: float, t_mgt: float) -> float:
+    """q = t_mgt / (t_stay + t_mgt): the share of its time an MI spends
+    migrating between domains (the mailbox paper, section 4.2, after
+    equation (1); the printed text drops the parentheses)."""
+    if t_stay < 0.0 or t_mgt < 0.0 or t_stay + t_mgt <= 0.0:
+        raise ValueError(f"need t_stay, t_mgt >= 0 and not both 0: got {t_stay}, {t_mgt}")
+    return t_mgt / (t_stay + t_mgt)
+
 
 def expected_time(rho1: float, rho2: float, q: float, costs: Costs = Costs()) -> float:
-    """Equation (1), in units of 1 KB / inter-domain bandwidth."""
-    intra = (costs.c_ctl + costs.c_mail) / costs.ratio
-    rho3 = 1.0 - rho1 - rho2
-    return (rho1 * intra + rho2 * (costs.c_mail + intra)
-            + rho3 * (2 * costs.c_ctl + costs.c_mail + intra) + q * costs.c_mail)
+    """Equation (1) of the mailbox paper (section 4.2), as printed: the
+    expected time of one communication, in units of 1 KB / delta_inter.
+    The forward (q) applies only to a receiver outside the sender's domain."""
+    rho3 = _check(rho1, rho2, q)
+    t_ctl, t_ml, t_intra = costs.t_ctl, costs.t_ml, costs.t_intra
+    known = (1 - q) * (t_ml + t_intra) + q * (2 * t_ml + t_intra)
+    unknown = (1 - q) * (2 * t_ctl + t_ml + t_intra) + q * (2 * t_ctl + 2 * t_ml + t_intra)
+    return rho1 * t_intra + rho2 * known + rho3 * unknown
 
 
 def expected_traffic(rho1: float, rho2: float, q: float, costs: Costs = Costs()) -> float:
-    """Equation (2) with q restored on its last term, in KB."""
-    pull = costs.c_ctl + costs.c_mail
-    rho3 = 1.0 - rho1 - rho2
-    return rho1 * pull + rho2 * (costs.c_mail + pull) + rho3 * (2 * costs.c_ctl + costs.c_mail + pull) + q * costs.c_mail
+    """Equation (2) of the mailbox paper (section 4.2), corrected: C_dly, the
+    traffic of one communication in KB, with the factor q the printed text
+    lacks on its last term, q(3 C_ctl + 3 C_mail). See
+    :func:`expected_traffic_as_printed` for the text as printed."""
+    rho3 = _check(rho1, rho2, q)
+    c_ctl, c_mail = costs.c_ctl, costs.c_mail
+    known = (1 - q) * (c_ctl + 2 * c_mail) + q * (c_ctl + 3 * c_mail)
+    unknown = (1 - q) * (3 * c_ctl + 2 * c_mail) + q * (3 * c_ctl + 3 * c_mail)
+    return rho1 * (c_ctl + c_mail) + rho2 * known + rho3 * unknown
 
 
-def migration_cost(friend_domains: int, costs: Costs = Costs()) -> float:
-    """C_mgt = (D_fri + 2) C_ctl, in KB."""
+def expected_traffic_as_printed(rho1: float, rho2: float, q: float, costs: Costs = Costs()) -> float:
+    """Equation (2) of the mailbox paper (section 4.2) exactly as printed,
+    ``... + (1-rho1-rho2)[(1-q)(3 C_ctl + 2 C_mail) + (3 C_ctl + 3 C_mail)]``:
+    the last term has no factor q. A defect of the text (it gives 22.2 KB
+    instead of 10.2 at rho1 = rho2 = 0.1, q = 0, and falls as q rises);
+    kept to show it. Use :func:`expected_traffic`."""
+    rho3 = _check(rho1, rho2, q)
+    c_ctl, c_mail = costs.c_ctl, costs.c_mail
+    known = (1 - q) * (c_ctl + 2 * c_mail) + q * (c_ctl + 3 * c_mail)
+    unknown = (1 - q) * (3 * c_ctl + 2 * c_mail) + (3 * c_ctl + 3 * c_mail)
+    return rho1 * (c_ctl + c_mail) + rho2 * known + rho3 * unknown
+
+
+def expected_time_with_local_forwards(rho1: float, rho2: float, q: float, costs: Costs = Costs()) -> float:
+    """Not the paper's: equation (1) plus rho1 q t_ml, i.e. a receiver in
+    the sender's domain also migrates with probability q and its mail is
+    forwarded once. This is what :func:`simulate` measures (the earlier form
+    of this module); it equals :func:`expected_time` at q = 0 or rho1 = 0."""
+    return expected_time(rho1, rho2, q, costs) + rho1 * q * costs.t_ml
+
+
+def expected_traffic_with_local_forwards(rho1: float, rho2: float, q: float, costs: Costs = Costs()) -> float:
+    """Not the paper's: corrected equation (2) plus rho1 q C_mail (see
+    :func:`expected_time_with_local_forwards`)."""
+    return expected_traffic(rho1, rho2, q, costs) + rho1 * q * costs.c_mail
+
+
+def migration_cost(friend_domains: float, costs: Costs = Costs()) -> float:
+    """Equation (3) of the mailbox paper: C_mgt = (D_fri + 2) C_ctl, in KB."""
+    if friend_domains < 0:
+        raise ValueError(f"friend_domains must be >= 0: got {friend_domains}")
     return (friend_domains + 2) * costs.c_ctl
+
+
+def total_migration_cost(inter_domain_migrations: float, friend_domains: float, costs: Costs = Costs()) -> float:
+    """C = N_inter-mgt C_mgt (the mailbox paper, section 4.2, after
+    equation (3)), in KB."""
+    if inter_domain_migrations < 0:
+        raise ValueError(f"inter_domain_migrations must be >= 0: got {inter_domain_migrations}")
+    return inter_domain_migrations * migration_cost(friend_domains, costs)
+
+
+def inter_domain_rate(inter_domain_migrations: int, migrations: int) -> float:
+    """eta = inter-domain migrations / all migrations (the mailbox paper, section 4.2)."""
+    if migrations <= 0 or not 0 <= inter_domain_migrations <= migrations:
+        raise ValueError(f"need 0 <= inter-domain <= migrations, migrations > 0: got {inter_domain_migrations}, "
+                         f"{migrations}")
+    return inter_domain_migrations / migrations
+
+
+def dispersion(domains_involved: int, communications: int) -> float:
+    """xi = domains involved in communication / number of communications
+    (the mailbox paper, section 4.2)."""
+    if communications <= 0 or domains_involved < 0:
+        raise ValueError(f"need communications > 0, domains_involved >= 0: got {domains_involved}, {communications}")
+    return domains_involved / communications
+
+
+def expected_total_migration_cost(migrations: int, eta: float, xi: float, communications: int,
+                                  costs: Costs = Costs()) -> float:
+    """C = N_inter-mgt C_mgt with N_inter-mgt = eta * migrations and
+    D_fri = xi * communications (the domains involved; an inference, the
+    paper does not state it), in KB."""
+    if not 0.0 <= eta <= 1.0 or xi < 0.0:
+        raise ValueError(f"need 0 <= eta <= 1, xi >= 0: got {eta}, {xi}")
+    return total_migration_cost(eta * migrations, xi * communications, costs)
 
 
 PATH_KINDS = frozenset({Kind.MAIL, Kind.FORWARD, Kind.QUERY, Kind.ANSWER, Kind.NACK})
@@ -180,7 +319,13 @@ def one_communication(case: int, migrating: bool, costs: Costs, n: int) -> tuple
 
 def simulate(rho1: float, rho2: float, q: float, trials: int = 2000, seed: int = 1,
              costs: Costs = Costs()) -> Measured:
-    """Mean time and traffic per communication over ``trials`` random ones."""
+    """Mean time and traffic per communication over ``trials`` random ones.
+
+    The receiver is migrating with probability q whatever the case, so a
+    mail to a receiver in the sender's domain is forwarded too: the means
+    follow :func:`expected_time_with_local_forwards` and
+    :func:`expected_traffic_with_local_forwards`, not the paper's (1), (2),
+    except at q = 0."""
     rng = random.Random(seed)
     time = traffic = acks = 0.0
     for n in range(trials):
@@ -211,3 +356,43 @@ def simulate_migration(friends: int, costs: Costs = Costs()) -> dict[str, float]
     net.run()
     counts = {k.value: float(v) for k, v in net.kinds.items()}
     return {"control_kb": net.migration_bytes, "ack_kb": net.ack_bytes, **counts}
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationRun:
+    """One run of the figure 5 experiment (see :func:`simulate_figure5`)."""
+
+    migrations: int
+    inter_domain: int
+    """Migrations drawn inter-domain (probability eta each)."""
+    friend_domains: int
+    """D_fri of every inter-domain migration, round(xi * communications)."""
+    messages: int
+    """DEREG + HOME_UPDATE + UPDATE the real post offices sent, in all."""
+    cost_kb: float
+    """Their size in KB (C_ctl each)."""
+
+
+def friend_domains_from_dispersion(xi: float, communications: int) -> int:
+    """D_fri = round(xi * communications): the domains an MI's
+    communications involve (an inference; the paper gives no formula)."""
+    if xi < 0.0 or communications < 0:
+        raise ValueError(f"need xi >= 0, communications >= 0: got {xi}, {communications}")
+    return round(xi * communications)
+
+
+def simulate_figure5(eta: float, xi: float, communications: int, migrations: int = 100, seed: int = 1,
+                     costs: Costs = Costs()) -> MigrationRun:
+    """The mailbox paper's figure 5 experiment on the real post offices:
+    ``migrations`` migrations, each inter-domain with probability ``eta``
+    (an intra-domain one sends nothing between POs); each inter-domain one
+    is a real move of an MI with D_fri friend domains (``simulate_migration``),
+    and its DEREG, HOME_UPDATE and UPDATE messages are counted."""
+    if not 0.0 <= eta <= 1.0 or migrations < 0:
+        raise ValueError(f"need 0 <= eta <= 1, migrations >= 0: got {eta}, {migrations}")
+    rng = random.Random(seed)
+    inter = sum(rng.random() < eta for _ in range(migrations))
+    friends = friend_domains_from_dispersion(xi, communications)
+    move = simulate_migration(friends, costs) if inter else {}
+    per_move = sum(int(move.get(k.value, 0)) for k in MIGRATION_CONTROL)
+    return MigrationRun(migrations, inter, friends, inter * per_move, inter * move.get("control_kb", 0.0))
