@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import netns  # noqa: E402
 
-from sgcs.apps.bench import BenchError, BenchOptions, run_bench  # noqa: E402
+from sgcs.apps.bench import BenchError, BenchOptions, parse_settings, run_bench  # noqa: E402
 from sgcs.errors import UsageError  # noqa: E402
 
 
@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, help="messages per second per member (default: unpaced)")
     parser.add_argument("--timeout", type=float, help="seconds for the whole run")
     parser.add_argument("--json", action="store_true", help="print the JSON report")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", dest="settings",
+                        help="a protocol Config field for every member, as sgcs bench --set (repeatable)")
     args = parser.parse_args(argv)
     problem = netns.unavailable()
     if problem:
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     with netns.hosts(args.members) as hosts:
         try:
             options = BenchOptions(members=args.members, messages=args.messages, size=args.size, order=args.order,
-                                   rate=args.rate, timeout=args.timeout,
+                                   rate=args.rate, timeout=args.timeout, settings=parse_settings(args.settings),
                                    hosts=tuple((hosts.addresses[i], tuple(hosts.prefix(i)))
                                                for i in range(args.members)))
             report = run_bench(options, progress=False)

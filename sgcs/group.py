@@ -42,7 +42,7 @@ from .membership.agreement import CtlSend, View, ViewAgreement
 from .membership.change import ViewChanges
 from .membership.roster import roster_of
 from .membership.synchrony import ViewChange
-from .ordering.total import OrderedMessage, OrderingLayer
+from .ordering.total import PROMISE_AHEAD, OrderedMessage, OrderingLayer
 from .transport.framing import pack
 from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
 from .transport.params import Params
@@ -165,6 +165,8 @@ class GroupStack:
                                    incarnation=incarnation)
         """The view and every change of it: the one owner of their state and steps."""
         self._clock = 0
+        self._sent_stamp = 0
+        """The timestamp of our last multicast: the next carries ``PROMISE_AHEAD`` more at least."""
         self.ordering = self._new_ordering({})
         self.own_last = 0
         self.awaiting: set[int] = set()
@@ -352,7 +354,7 @@ class GroupStack:
         optimistic = self.changes.optimistic_view()
         clock = 0
         if self.ordering is not None and self.order is not Order.CAUSAL:
-            clock = self._clock = self.clock() + 1
+            clock = self._clock = self._sent_stamp = max(self.clock() + 1, self._sent_stamp + PROMISE_AHEAD)
         seq, outputs = self.stream.send(payload, now, None if optimistic is None else optimistic.epoch, clock)
         self.awaiting.add(seq)
         self.last_send = now

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sgcs.config import Order
-from sgcs.ordering.total import OrderedMessage, OrderingLayer
+from sgcs.ordering.total import PROMISE_AHEAD, OrderedMessage, OrderingLayer
 
 from _memnet import Datagram, MemoryNetwork
 
@@ -162,12 +162,34 @@ def test_causal_predecessors_come_first(order: Order, count: int, steps: list) -
 
 def test_total_order_waits_for_every_members_promise() -> None:
     a = OrderingLayer(1, (1, 2, 3), Order.TOTAL)
-    message = OrderedMessage(2, 1, 1, (), b"x", 1)
+    far = 2 * PROMISE_AHEAD  # beyond what member 3's message below promises by itself
+    message = OrderedMessage(2, 1, 1, (), b"x", far)
     assert a.on_message(message) == []  # member 3 has not promised anything yet
-    a.on_null(3, ((3, 2), (2, 1)), 1)  # a promise made after its record 2, which has not arrived
+    a.on_null(3, ((3, 2), (2, 1)), far)  # a promise made after its record 2, which has not arrived
     assert a.deliverable() == [] and a.blocker == 3
-    # records 1-2 (one message of two fragments) arrive: the promise is usable
-    assert a.on_message(OrderedMessage(3, 1, 2, (), b"y", 2)) == [message]
+    # records 1-2 (one message of two fragments) arrive: the null's promise is usable
+    early = OrderedMessage(3, 1, 2, (), b"y", 2)
+    assert a.on_message(early) == [early, message]
+
+
+def test_a_message_promises_its_senders_next_timestamp_ahead() -> None:
+    a = OrderingLayer(1, (1, 2, 3), Order.TOTAL)
+    a.on_message(OrderedMessage(3, 1, 1, (), b"c1", 10))  # member 3: nothing below 10 + PROMISE_AHEAD next
+    x = OrderedMessage(2, 1, 1, (), b"x", 11)
+    assert a.on_message(x) == [OrderedMessage(3, 1, 1, (), b"c1", 10), x]  # no null needed from member 3
+    beyond = OrderedMessage(2, 2, 2, (), b"y", 11 + PROMISE_AHEAD)
+    assert a.on_message(beyond) == [] and a.blocker == 3  # past member 3's promise: wait for it
+
+
+def test_a_timestamp_that_falls_short_of_the_promise_is_raised_alike_everywhere() -> None:
+    layers = [OrderingLayer(me, (1, 2, 3), Order.TOTAL) for me in (1, 2, 3)]
+    short = [OrderedMessage(2, 1, 1, (), b"a", 5), OrderedMessage(2, 2, 2, (), b"b", 6)]  # b breaks the promise
+    other = OrderedMessage(3, 1, 1, (), b"c", 100)
+    for layer in layers:
+        for message in short + [other]:
+            layer.add(message)
+    orders = [[m.payload for m in layer.drain()[0]] for layer in layers]
+    assert orders == [[b"a", b"c", b"b"]] * 3  # b ordered as 5 + PROMISE_AHEAD, after c's 100
 
 
 def test_safe_order_waits_until_everyone_acknowledged() -> None:

@@ -46,9 +46,11 @@ would block returns an awaitable that waits (socket writable, room in the
 channel). Awaiting per action would cost a trip through trio's scheduler per
 datagram and per delivery; each node call still yields once, when it takes
 the lock. Likewise the timer loop is poked only when a call moved the node's
-deadline before the one it sleeps until, not after every call, and timers
-already due when a call ends (a send's flush) run at the end of that call
-instead of waking the timer loop.
+deadline before the one it sleeps until, not after every call. Timers that
+a call made due run at the end of that call when the call handled datagrams
+(an ordered group's promise) or was a multicast after a quiet spell
+(``FLUSH_AT_ONCE_GAP``); a burst of sends leaves its flush to the timer loop,
+which runs once the sender yields, so the burst shares datagrams.
 
 Backpressure: when a group's channel is full, the task routing into it waits,
 holding the node lock. Receive loops then stop reading, the kernel's socket
@@ -163,6 +165,13 @@ SEND_YIELD_EVERY = 64
 """Sends one task may make before it yields to the others: their records share
 datagrams meanwhile (up to ``Config.bundle_size``), and the receive loops
 still get a turn at least this often."""
+FLUSH_AT_ONCE_GAP = 0.0005
+"""A multicast made at least this long (seconds) after the one before is
+flushed in the sender's own node call: after a quiet spell it goes out
+without waiting for the timer task's turn (0.1-0.2 ms when other members'
+datagrams arrive at the same time). Sends closer together than this leave
+the flush to the timer task, so a burst still shares datagrams (natural
+batching)."""
 LEAVE_GRACE = 2.0
 """Seconds a group exit may wait for the node lock before leaving without it."""
 SEND_REFUSED_RETRIES = 3
@@ -241,6 +250,8 @@ class TrioDriver:
         self._unreachable = 0
         self._sends_unyielded = 0
         """Sends since the last one that yielded to the other tasks (``_send_now``)."""
+        self._last_multicast_at = -math.inf
+        """When the last multicast was made (``FLUSH_AT_ONCE_GAP``)."""
         self._refused: list[Endpoint] = []
         """Refused destinations read from the error queue, not yet given to the node."""
         self._checking: set[int] = set()
@@ -337,7 +348,9 @@ class TrioDriver:
             assert self.node.last_sent is not None
             sent.append(self.node.last_sent)  # read before any other call can send
             self.timings.sent(group, self.node.last_sent.seq, now)  # before its delivery can be routed
-            return actions
+            quiet = now - self._last_multicast_at >= FLUSH_AT_ONCE_GAP
+            self._last_multicast_at = now
+            return actions + self._due_timers(now) if quiet else actions
 
         while True:
             if self._closed:
@@ -359,6 +372,11 @@ class TrioDriver:
                 await progress.wait()
             else:
                 await trio.sleep_until(ready)
+
+    def _due_timers(self, now: float) -> list[Action]:
+        """The node's timers that are due at ``now`` (a send's flush), run in the current call."""
+        deadline = self.node.next_deadline()
+        return self.node.handle_timeout(now) if deadline is not None and deadline <= now else []
 
     async def unicast(self, group: str, member: int, payload: bytes, block: bool = True) -> MessageId:
         """Send ``payload`` to ``member`` reliably. While ``member`` has not
@@ -556,7 +574,9 @@ class TrioDriver:
                 self.recorder.received(data)
         for src, data in batch:
             actions += self.node.handle_datagram(src, data, now)
-        return actions
+        # Timers these datagrams made due (an ordered group's promise after a
+        # quiet spell) fire in this call, not a scheduler turn later.
+        return actions + self._due_timers(now)
 
     async def _accept_loop(self, listener: socket.socket) -> None:
         """Other members' host checks: the handshake is all they need, which

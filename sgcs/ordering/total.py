@@ -15,12 +15,15 @@ s up to record n") and, in total and safe order, its sender's Lamport clock.
   records; a member that lacked one, at the end of a view it left alone,
   placed the message elsewhere than a member that had it: randomized
   total-order machine, explore.py seed 4153320111.) A stream's timestamps
-  rise: one that does not is raised to the previous one plus one, alike
-  everywhere.
-* **Promises.** A message is its sender's promise that its later messages
-  carry larger timestamps; an idle member's null message states its clock and
-  how far its own stream went, and is usable once we hold that stream up to
-  there (nothing it sent before is in flight).
+  rise by at least ``PROMISE_AHEAD``: one that does not is raised to the
+  previous one plus that, alike everywhere.
+* **Promises.** A message with timestamp t is its sender's promise that its
+  later messages carry t + ``PROMISE_AHEAD`` or more (a sender numbers its
+  next message ``max(clock + 1, last + PROMISE_AHEAD)``), so while members
+  send at similar rates each one's last message already covers the others'
+  next ones; an idle member's null message states its clock and how far its
+  own stream went, and is usable once we hold that stream up to there
+  (nothing it sent before is in flight).
 * **Total order** (symmetric, deterministic by member id): deliver the
   received message with the smallest ``(timestamp, sender)`` once every other
   member has promised a clock at least its timestamp, which is the paper's
@@ -65,6 +68,16 @@ is dropped (``promises_dropped``). A later promise of the same member covers
 at least as much (clocks only grow), so a drop can only delay delivery, never
 reorder it; a member's null messages claiming a stream position that never
 comes cannot grow memory."""
+
+PROMISE_AHEAD = 256
+"""A message with timestamp t promises that its sender's next one carries at
+least ``t + PROMISE_AHEAD`` (its sender numbers it so, and every receiver
+raises a stream's timestamps that fall short, alike everywhere). While every
+member sends about as often as the others, each one's last message then
+covers the others' next ones, and a total-order message goes at once when it
+arrives instead of one hop later after a null (at 3 members x 250 msg/s its
+latency fell to about one hop). A member that sends seldom promises by nulls,
+as before. A protocol constant: members that differed on it could order apart."""
 
 _EMPTY: deque[Any] = deque()
 """The queue, stamps and promises of every stream with none: shared and always
@@ -158,7 +171,8 @@ class OrderingLayer:
         costs one ordering pass per datagram instead of one per message."""
         sender = message.sender
         stream = self._stream(sender)
-        stamp = message.clock if message.clock > stream.last_stamp else stream.last_stamp + 1
+        lowest = stream.last_stamp + PROMISE_AHEAD if stream.last_stamp else 1  # what its last message promised
+        stamp = message.clock if message.clock >= lowest else lowest
         stream.last_stamp = stamp
         if not stream.queue:
             heapq.heappush(self._heads, (stamp, sender, message.first))
@@ -169,7 +183,7 @@ class OrderingLayer:
         stream.received = message.last
         if stamp > self.clock:
             self.clock = stamp
-        self._raise(sender, stream, stamp)  # its later messages carry larger timestamps
+        self._raise(sender, stream, stamp + PROMISE_AHEAD - 1)  # its later messages carry larger timestamps
         if stream.promises:
             self._use_promises(sender, stream)
         if self.order is Order.SAFE:

@@ -241,6 +241,8 @@ class ReliableStream:
         self._dirty: dict[int, int] = {}  # ACK delta since our last send (piggybacked)
         self._ack_due: dict[int, int] = {}  # streams whose sender has not yet heard our ACK
         self._ack_at: float | None = None
+        self._acks_fired_at = -math.inf
+        """When the promise timer last fired (``_null_delay``: the next fires no sooner after it)."""
         self._next_gossip = now + params.gossip_interval * (0.5 + rng.random())
         self._round = 0
         self._counts = dict.fromkeys(
@@ -574,7 +576,12 @@ class ReliableStream:
         if self.promise_nulls:
             self._ack_due[sender] = inbound.contig
             if self._ack_at is None:
-                self._ack_at = now + self._null_delay
+                # Leading edge: after a quiet spell promise at once (a total-order
+                # message waits for it, one hop later); within ``_null_delay`` of
+                # the last firing wait for its end, so a member promises at most
+                # once per ``_null_delay``, and under load its own records carry
+                # the ACKs first (the firing then finds nothing due).
+                self._ack_at = max(now, self._acks_fired_at + self._null_delay)
         self._reschedule_nack(sender, inbound, now)
 
     def _fragment(self, sender: int, inbound: _Inbound, record: Record, delivered: list[Message],
@@ -937,6 +944,7 @@ class ReliableStream:
             out += self._nulls(list(self._within_cap(due)) if self.stability_cap is not None else due, now)
             self._ack_due.clear()
             self._ack_at = None
+            self._acks_fired_at = now
         if self._reassembling:
             self._expire_reassembly(now)
         self._collect_garbage()
