@@ -213,6 +213,8 @@ class GroupStack:
         gossip = self._promises_by_gossip()
         self.stream.promise_gossip = gossip
         self.stream.promise_nulls = self.order is not Order.FIFO and not gossip
+        # a new view's order starts afresh: nothing we sent before promises anything in it
+        self.stream.promise_covers = 0 if self.order is Order.TOTAL else -1
         if gossip and self.ordering is not None:
             self.ordering.set_floor(0)
 
@@ -355,6 +357,8 @@ class GroupStack:
         clock = 0
         if self.ordering is not None and self.order is not Order.CAUSAL:
             clock = self._clock = self._sent_stamp = max(self.clock() + 1, self._sent_stamp + PROMISE_AHEAD)
+            if self.stream.promise_covers >= 0 and optimistic is None:  # an optimistic view's message is in its next order
+                self.stream.promise_covers = clock + PROMISE_AHEAD - 1
         seq, outputs = self.stream.send(payload, now, None if optimistic is None else optimistic.epoch, clock)
         self.awaiting.add(seq)
         self.last_send = now
@@ -599,7 +603,10 @@ class GroupStack:
             entries.update(self.stream.received_vector())
         for null in nulls:
             entries.update(null.acks)
-        return [(MsgType.NULL, None, Flag.NONE, encode_null(self.tag, tuple(sorted(entries.items())), self.clock()))]
+        clock = self.clock()
+        if 0 <= self.stream.promise_covers < clock:
+            self.stream.promise_covers = clock
+        return [(MsgType.NULL, None, Flag.NONE, encode_null(self.tag, tuple(sorted(entries.items())), clock))]
 
     def _records(self, out: OutRecords) -> list[Frame]:
         msg_type = _KIND_TYPES[out.kind]

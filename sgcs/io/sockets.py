@@ -16,6 +16,14 @@ of every multicast datagram. Binding to the group address rather than to
 membership (IP_ADD_MEMBERSHIP) and the sending interface (IP_MULTICAST_IF) are
 both ``bind_host``, so a multi-homed host picks its interface by configuration.
 
+With ``multicast_loop`` the kernel also hands a node its own multicasts,
+which the node can only drop, after checking their MAC: a third of the
+datagrams a member of three received, and a wake-up each. On Linux the
+receiver therefore carries a classic BPF filter (SO_ATTACH_FILTER) that drops
+datagrams whose source is this node's own unicast address in the kernel
+(``_drop_own_multicasts``); elsewhere, or if the kernel refuses it, the node
+drops them as before.
+
 Without multicast, a ``Multicast`` action is sent once to each ``Config.peers``
 entry instead; ``NodeSockets.fanout`` hides the difference from the driver.
 
@@ -186,6 +194,8 @@ async def open_sockets(config: Config) -> NodeSockets:
             listener.close()
         _release(address)
         raise
+    if multicast is not None and config.multicast_loop:
+        _drop_own_multicasts(multicast, address)
     trio_multicast = None if multicast is None else trio.socket.from_stdlib_socket(multicast)
     fanout = tuple(peer for peer in fanout if peer != address)  # a shared peer list may name us
     _warn_if_unreachable(config, fanout)
@@ -442,6 +452,37 @@ def _open_multicast_receiver(config: Config) -> socket.socket:
         sock.close()
         raise UsageError(_multicast_error(exc, config)) from None
     return sock
+
+
+SO_ATTACH_FILTER = 26
+"""Linux's socket option for a classic BPF filter (``socket`` does not name it)."""
+_BPF = struct.Struct("HBBI")  # struct sock_filter: code, jump if true, jump if false, k
+_BPF_PROGRAM = struct.Struct("HxxxxxxQ")  # struct sock_fprog on 64-bit Linux: length, then a pointer
+
+
+def _drop_own_multicasts(sock: socket.socket, own: Endpoint) -> bool:
+    """Attach a filter that drops datagrams sent from ``own`` (host, port) in
+    the kernel. A UDP socket's filter sees the UDP header at offset 0 and the
+    IP header at SKF_NET_OFF. Returns False where that is not possible."""
+    if not sys.platform.startswith("linux") or struct.calcsize("P") != 8:
+        return False
+    import ctypes  # only here: the one place a pointer is handed to the kernel
+
+    host = struct.unpack("!I", socket.inet_aton(own[0]))[0]
+    program = [
+        (0x28, 0, 0, 0),  # ldh [0]: the UDP source port
+        (0x15, 0, 3, own[1]),  # jeq our port: go on; else accept
+        (0x20, 0, 0, 0xFFF00000 + 12),  # ld [SKF_NET_OFF + 12]: the IPv4 source address
+        (0x15, 0, 1, host),  # jeq our address: drop; else accept
+        (0x06, 0, 0, 0),  # ret 0: drop
+        (0x06, 0, 0, 0xFFFFFFFF),  # ret all: accept
+    ]
+    code = ctypes.create_string_buffer(b"".join(_BPF.pack(*insn) for insn in program))
+    try:  # the kernel copies the program: the buffer need not outlive the call
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, _BPF_PROGRAM.pack(len(program), ctypes.addressof(code)))
+    except OSError:
+        return False
+    return True
 
 
 async def _fanout(config: Config) -> tuple[Endpoint, ...]:

@@ -318,6 +318,11 @@ class ReliableStream:
         """Carry promise clocks in the stability all-reduce instead (the group sets it per view)."""
         self.lamport = 0
         """Our Lamport clock, as the group's order last told us."""
+        self.promise_covers = -1
+        """With promises by nulls: a record whose timestamp is at or below this
+        needs no null from us, since our last message or null in this view
+        already promised as much (total order: the group sets it). -1: every
+        record does (safe and causal order need the ACKs themselves)."""
         self._own_clocks: deque[tuple[int, int]] = deque()
         """(last record, timestamp) of our own messages not yet stable, oldest first."""
         self._clock_levels: list[int] = []
@@ -490,7 +495,8 @@ class ReliableStream:
         delivered: list[Message] = []
         touched: dict[int, _Inbound] = {}
         before: dict[int, int] = {}  # sender -> how far we held it
-        index, me = self._index, self.me
+        index, me, covers = self._index, self.me, self.promise_covers
+        promise = False  # a record our standing promise does not cover
         for record in records:
             sender = record.sender
             if sender == me or sender not in index:
@@ -500,9 +506,10 @@ class ReliableStream:
             inbound = self._accept(record, kind, delivered, now)
             if inbound is not None:
                 touched[sender] = inbound
+                promise = promise or record.clock > covers
         for sender, inbound in touched.items():
             self._note_floors(sender, before[sender], self._stable.get(sender, 0))
-            self._settle(sender, inbound, now)
+            self._settle(sender, inbound, now, promise)
         return delivered
 
     def _accept(self, record: Record, kind: str, delivered: list[Message], now: float) -> _Inbound | None:
@@ -561,9 +568,10 @@ class ReliableStream:
             else:
                 delivered.append(_reassemble((record,)))
 
-    def _settle(self, sender: int, inbound: _Inbound, now: float) -> None:
+    def _settle(self, sender: int, inbound: _Inbound, now: float, promise: bool) -> None:
         """After a datagram's records of ``sender``: our ACK for it, its NACK
-        timer, and its stable prefix (our own prefix bounds it: it may rise)."""
+        timer, and its stable prefix (our own prefix bounds it: it may rise).
+        ``promise``: a record needs a promise from us (``promise_covers``)."""
         self._gc_senders.add(sender)
         if self._acked is not None:
             self._note_ack(sender, sender, inbound.known_high)  # a sender holds its own stream
@@ -573,7 +581,7 @@ class ReliableStream:
             # a FIFO member that seldom sends keeps only its freshest ACKs
             # (ordered groups carry them all: their limit is never reached)
             self._dirty.pop(next(iter(self._dirty)))
-        if self.promise_nulls:
+        if self.promise_nulls and promise:
             self._ack_due[sender] = inbound.contig
             if self._ack_at is None:
                 # Leading edge: after a quiet spell promise at once (a total-order
