@@ -229,5 +229,9 @@ async def test_a_lone_keeper_publishes_and_reads_its_own_rows_at_once(tmp_path: 
                 prices = await flows.subscribe("prices", 'issue < "I050"', durable=True)
                 await prices.ready()
                 await flows.publish("quotes", [("I007", 100.0 + run, 300.0)])
-            assert prices.rows() == {("I007",): (100.0 + run, 100.0 + run)}, run
-            await flows.publish("quotes", [("I008", 1.0, 1.0)], wait=False)  # queued only
+            rows = prices.rows()
+            assert rows[("I007",)] == (100.0 + run, 100.0 + run), run
+            # the first run's last event, sent without waiting just before the
+            # node closed, is either in the store whole or not at all
+            assert rows.keys() - {("I007",)} <= {("I008",)} and rows.get(("I008",), (1.0, 1.0)) == (1.0, 1.0), run
+            await flows.publish("quotes", [("I008", 1.0, 1.0)], wait=False)  # not waited for
