@@ -42,7 +42,10 @@ from .errors import DecodeError
 from .transport.records import Record
 
 MAGIC = b"SG"
-VERSION = 3
+VERSION = 4
+"""4: a total-order timestamp promises its sender's next one PROMISE_AHEAD
+higher (``ordering/total.py``); a member of version 3 would order apart, so
+it is refused at decode."""
 HEADER = struct.Struct("!2sBBBQQQ")
 TAG_LEN = 16
 OVERHEAD = HEADER.size + TAG_LEN

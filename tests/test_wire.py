@@ -63,7 +63,7 @@ GOLDEN = [
     pytest.param(
         lambda: seal(KEY, MsgType.DATA, Flag.NONE, 7,
                      encode_records(group_tag("g"), [Record(7, 1, ((2, 5), (300, 1)), 0, b"hi")])),
-        "5347" "03" "01" "00" "0000000000000007" "0000000000000000" "0000000000000000",
+        "5347" "04" "01" "00" "0000000000000007" "0000000000000000" "0000000000000000",
         # tag, 1 record: sender 7, seq 1, flags 0, 2 payload bytes, 6 ack bytes
         # (count 2; sender 2, high 5; sender delta 298 = 2*128+42 = varint aa02, high 1), payload
         TAG_G + "0001" "0000000000000007" "0000000000000001" "00" "00000002" "0006" "02" "0205" "aa0201" "6869",
@@ -72,7 +72,7 @@ GOLDEN = [
     pytest.param(
         lambda: seal(KEY, MsgType.DATA, Flag.NONE, 7,
                      encode_records(group_tag("g"), [Record(7, 2, (), 0, b"", 300), Record(7, 3, ((2, 5),), 0, b"", 1)])),
-        "5347" "03" "01" "00" "0000000000000007" "0000000000000000" "0000000000000000",
+        "5347" "04" "01" "00" "0000000000000007" "0000000000000000" "0000000000000000",
         # an ordered group's records carry their sender's clock after the ACKs:
         # no ACKs (count 0), clock 300 = varint ac02; then one ACK (2, 5), clock 1
         TAG_G + "0002" "0000000000000007" "0000000000000002" "00" "00000000" "0003" "00" "ac02"
@@ -82,33 +82,33 @@ GOLDEN = [
     pytest.param(
         lambda: seal(KEY, MsgType.DATA, Flag.UNICAST, 7,
                      encode_unicast(9, group_tag("g"), [Record(7, 3, (), 1, b"")])),
-        "5347" "03" "01" "01" "0000000000000007" "0000000000000000" "0000000000000000",
+        "5347" "04" "01" "01" "0000000000000007" "0000000000000000" "0000000000000000",
         "0000000000000009" + TAG_G + "0001" "0000000000000007" "0000000000000003" "01" "00000000" "0001" "00",
         id="data-unicast",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.NACK, Flag.NONE, 1, encode_nack(group_tag("g"), 7, ((3, 4), (9, 9)), True),
                      boot=(3 << 32) | 0xABCDEF01, counter=258),
-        "5347" "03" "06" "00" "0000000000000001" "00000003abcdef01" "0000000000000102",
+        "5347" "04" "06" "00" "0000000000000001" "00000003abcdef01" "0000000000000102",
         TAG_G + "0000000000000007" "01" "02" "0000000000000003" "0000000000000004" "0000000000000009" "0000000000000009",
         id="nack",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.DIGEST, Flag.NONE, 1, encode_entries(group_tag("g"), ((4, 130),))),
-        "5347" "03" "07" "00" "0000000000000001" "0000000000000000" "0000000000000000",
+        "5347" "04" "07" "00" "0000000000000001" "0000000000000000" "0000000000000000",
         TAG_G + "01" "04" "8201",
         id="digest",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.NULL, Flag.NONE, 1, encode_null(group_tag("g"), ((1, 9), (4, 130)), 77)),
-        "5347" "03" "08" "00" "0000000000000001" "0000000000000000" "0000000000000000",
+        "5347" "04" "08" "00" "0000000000000001" "0000000000000000" "0000000000000000",
         # entries (1, 9) and (4, 130), then the promised clock 77
         TAG_G + "02" "0109" "038201" "4d",
         id="null-promise",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.STABLE, Flag.NONE, 1, encode_stable(group_tag("g"), 0x01020304, ((4, 130),))),
-        "5347" "03" "09" "00" "0000000000000001" "0000000000000000" "0000000000000000",
+        "5347" "04" "09" "00" "0000000000000001" "0000000000000000" "0000000000000000",
         # the roster every member of which holds sender 4 up to 130
         TAG_G + "01020304" "01" "04" "8201",
         id="stable",
@@ -116,28 +116,28 @@ GOLDEN = [
     pytest.param(
         lambda: seal(KEY, MsgType.HEARTBEAT_ROSTER, Flag.NONE, 3,
                      encode_roster_heartbeat(0xDEADBEEF, 2, np.array([1, 65535, 65536 + 7], dtype=np.int64))),
-        "5347" "03" "15" "00" "0000000000000003" "0000000000000000" "0000000000000000",
+        "5347" "04" "15" "00" "0000000000000003" "0000000000000000" "0000000000000000",
         # roster tag, start 2, 3 counters of 2 bytes each, modulo 2**16
         "deadbeef" "00000002" "00000003" "0001" "ffff" "0007",
         id="heartbeat-roster",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.HELLO, Flag.NONE, 2**63 - 1, encode_hello(HelloMsg(group_tag("chat"), Order.TOTAL, True))),
-        "5347" "03" "02" "00" "7fffffffffffffff" "0000000000000000" "0000000000000000",
+        "5347" "04" "02" "00" "7fffffffffffffff" "0000000000000000" "0000000000000000",
         "f4b9072f0eaeb42c" "02" "01",
         id="hello",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.HELLO, Flag.NONE, 2**63 - 1,
                      encode_hello(HelloMsg(group_tag("chat"), Order.TOTAL, False, "ann"))),
-        "5347" "03" "02" "00" "7fffffffffffffff" "0000000000000000" "0000000000000000",
+        "5347" "04" "02" "00" "7fffffffffffffff" "0000000000000000" "0000000000000000",
         # the fixed part, then the sender's name in UTF-8 to the end of the body
         "f4b9072f0eaeb42c" "02" "00" "616e6e",
         id="hello-named",
     ),
     pytest.param(
         lambda: seal(KEY, MsgType.LEAVE, Flag.NONE, 0, encode_leave(LeaveMsg(group_tag("chat")))),
-        "5347" "03" "03" "00" "0000000000000000" "0000000000000000" "0000000000000000",
+        "5347" "04" "03" "00" "0000000000000000" "0000000000000000" "0000000000000000",
         "f4b9072f0eaeb42c",
         id="leave",
     ),
