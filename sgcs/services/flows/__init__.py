@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import wire
 from .collapse import Collapse, State
 from .compiler import CompiledPath, Matcher, Subscription, compile_subscription, event_paths
+from .conflate import DeliveryQueue
 from .engine import FlowEngine, FlowStatistics, Phase
 from .expand import Expander, Expansion
 from .graph import FlowGraph
@@ -24,7 +25,7 @@ from .syntax import FlowError, parse_collapse, parse_expression, parse_transform
 if TYPE_CHECKING:
     from .service import FlowService, FlowSubscription, NotPublished, open_flows
 
-__all__ = ["Collapse", "CompiledPath", "DEFAULT_FUNCTIONS", "EventSchema", "Expander", "Expansion", "FlowEngine",
+__all__ = ["Collapse", "CompiledPath", "DEFAULT_FUNCTIONS", "DeliveryQueue", "EventSchema", "Expander", "Expansion", "FlowEngine",
            "FlowError", "FlowGraph", "FlowService", "FlowStatistics", "FlowSubscription", "Functions", "Matcher",
            "NotPublished", "Phase", "Select", "State", "StateSchema", "Subscription", "Transform", "compile_subscription",
            "event_paths", "open_flows", "parse_collapse", "parse_expression", "parse_transform", "wire"]

@@ -21,7 +21,7 @@ from sgcs.errors import UsageError
 from .collapse import Key, Row
 from .engine import FlowStatistics
 from .graph import FlowGraph
-from .service import FlowService, FlowSubscription, open_flows
+from .service import BEHIND, FlowService, FlowSubscription, open_flows
 from .syntax import Value
 
 T = TypeVar("T")
@@ -110,12 +110,14 @@ class BlockingFlows:
             await service.publish(root, list(events), wait=wait)
         self._call(publish)
 
-    def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False) -> BlockingSubscription:
+    def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False,
+                  conflate: str | Sequence[str] | None = None, behind: int = BEHIND) -> BlockingSubscription:
+        """As ``FlowService.subscribe``."""
         service = self._service
         assert service is not None
 
         async def subscribe() -> FlowSubscription:
-            return await service.subscribe(space, predicate, durable=durable)
+            return await service.subscribe(space, predicate, durable=durable, conflate=conflate, behind=behind)
         return BlockingSubscription(self, self._call(subscribe))
 
     def statistics(self) -> FlowStatistics:

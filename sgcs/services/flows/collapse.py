@@ -16,6 +16,12 @@ does not change the state. A guard that fails (division by zero) is false.
 
 ``Collapse`` holds the parsed, type-checked rules; ``State`` is a relation
 ``key -> row`` with ``apply(event)``; ``expand.py`` inverts the rules.
+
+A value column may be a window (``float[W]``: the last W values, for the
+paper's "recent" aggregates, ``window.py``). Its size comes from the schema:
+compiling a rule turns ``push(w, p)`` into ``push(w, p, W)``, and each new row
+cuts its windows to W, so a key's row never holds more than W numbers per
+window whatever the rules say.
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from . import window as windows
 from .evaluate import Env, EvalError, compile_node, compile_predicate
 from .rules import bind_pattern, substitute
 from .schema import DEFAULT_FUNCTIONS, EventSchema, Functions, StateSchema, TypeEnv, check_predicate, type_of, widens
-from .syntax import Binary, Call, FlowError, Name, Node, Unary, Value, parse_collapse
+from .syntax import Binary, Call, Const, FlowError, Name, Node, Unary, Value, parse_collapse
 
 Key = tuple[Value, ...]
 Row = tuple[Value, ...]
@@ -98,7 +105,9 @@ class Collapse:
             have = type_of(node, env)
             if not widens(have, kind):
                 raise FlowError(f'flows: result {name!r} must be {kind}, the rule gives {have} in "{text}"')
-        return Rule(text, parsed.state is None, event_vars, key_vars, state_vars, parsed.guard, parsed.values)
+        guard = _bind_capacities(parsed.guard, env)
+        bound = tuple(_bind_capacities(v, env) for v in parsed.values)
+        return Rule(text, parsed.state is None, event_vars, key_vars, state_vars, guard, bound)
 
     def _common_key(self) -> tuple[Node, ...]:
         """The key as expressions over source fields; the same for every rule."""
@@ -131,11 +140,16 @@ class Collapse:
                 env.update(zip(state_vars, row))
             return env
         values = [compile_node(v, self.functions) for v in rule.values]
-        floats = [kind == "float" for _, kind in self.target.values]
+        shapes = [_shape(kind) for _, kind in self.target.values]
 
         def new_row(env: Env) -> Row:
-            return tuple(float(v(env)) if f else v(env) for v, f in zip(values, floats))  # type: ignore[arg-type]
+            return tuple(shape(v(env)) for v, shape in zip(values, shapes))
         return _Compiled(rule.creates, env_of, compile_predicate(rule.guard, self.functions), new_row)
+
+    @property
+    def has_windows(self) -> bool:
+        """Some value column is a window (``float[W]``)."""
+        return any(windows.is_window(kind) for _, kind in self.target.values)
 
     # --- the engine ----------------------------------------------------------------------
 
@@ -158,6 +172,33 @@ class Collapse:
 
     def describe(self) -> str:
         return "; ".join(r.text for r in self.rules)
+
+
+def _shape(kind: str) -> Callable[[Value], Value]:
+    """What a new row's column holds: a float for ``float``, the last W numbers for ``float[W]``."""
+    limit = windows.capacity(kind)
+    if limit is not None:
+        return lambda value: tuple(float(x) for x in value[-limit:])  # type: ignore[index,arg-type]
+    if kind == "float":
+        return lambda value: float(value)  # type: ignore[arg-type]
+    return lambda value: value
+
+
+def _bind_capacities(node: Node, env: TypeEnv) -> Node:
+    """``push(w, p)`` as ``push(w, p, W)`` where ``w`` is a ``float[W]``."""
+    if isinstance(node, Unary):
+        return Unary(node.op, _bind_capacities(node.operand, env), node.pos)
+    if isinstance(node, Binary):
+        return Binary(node.op, _bind_capacities(node.left, env), _bind_capacities(node.right, env), node.pos)
+    if not isinstance(node, Call):
+        return node
+    args = tuple(_bind_capacities(a, env) for a in node.args)
+    function = env.functions.table.get(node.function)
+    if function is not None and function.impl is windows.push and len(args) == 2:
+        limit = windows.capacity(type_of(node.args[0], env))
+        if limit is not None:
+            args += (Const(limit),)
+    return Call(node.function, args, node.pos)
 
 
 def _names(node: Node) -> list[Name]:

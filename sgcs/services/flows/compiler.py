@@ -18,8 +18,9 @@ predicate over state values stays a filter on rows (``residual``).
 
 Fan-in: a space reached by several paths gets one copy per path, as in the
 original graph. Common subexpressions are shared by ``Matcher``: equal
-``(S, T)`` pairs (AST nodes hash by structure) are one entry, and equality
-tests on a field are shared through an index on its values.
+``(S, T)`` pairs (AST nodes hash by structure) are one entry, and the tests
+of field values against constants (equalities and ranges) are shared through
+an index on each field (``index.py``).
 
 ``run_original`` interprets the graph arc by arc: the reference the
 property tests compare compiled paths with.
@@ -32,6 +33,7 @@ from typing import Callable, Sequence
 
 from .evaluate import Env, EvalError, compile_predicate
 from .graph import Arc, FlowGraph, History, StateSpace
+from .index import Access, Plan, Sample, access_of, plan, unordered
 from .rules import Transform, conjoin, r1_select_before_transform, r3_compose, substitute
 from .syntax import TRUE, Binary, Call, Const, FlowError, Name, Node, Unary, Value, names_in, parse_expression, render
 from .schema import TypeEnv, check_predicate
@@ -149,33 +151,47 @@ def split_by_keys(node: Node, keys: set[str]) -> tuple[Node, Node]:
 
 # --- the matching engine ---------------------------------------------------------------
 
+SAMPLE_SIZE = 256
+"""Events whose values choose, once, the cheaper side of each ``&`` (``index.py``)."""
+
+
 
 class Matcher:
     """All compiled paths of one root: match an event once, get every target's copy.
 
     Sharing, as Gryphon's matching tree does: equal ``(S, T)`` pairs are one
-    entry whatever the number of subscribers; a predicate anchored on an
-    equality (``issue = "IBM" & ...``, or a disjunction of such) is filed
-    under that value, so one dictionary lookup per field replaces the
-    equality tests of every predicate anchored on it, and only the entries
-    filed under the event's values (and the unanchored ones) are evaluated.
-    (``evaluate.Memo`` shares every subexpression instead; under CPython its
-    bookkeeping cost more than it saved: docs/flows.md.)"""
+    entry whatever the number of subscribers, and each entry is filed in an
+    index (``index.py``) under the intervals of field values where its
+    predicate can hold: equalities (``issue = "IBM"``), ranges (``price <
+    120``, ``3 < x <= 7``) and disjunctions of them, across fields too. An
+    event stabs each field's intervals with its value; only the entries filed
+    under a hit, and those with no interval, are evaluated, and an entry whose
+    predicate is exactly its intervals is not evaluated at all.
+    ``match_unindexed`` evaluates every entry: the reference the property
+    tests compare with. (``evaluate.Memo`` shares every subexpression instead;
+    under CPython its bookkeeping cost more than it saved: docs/flows.md.)"""
 
-    def __init__(self, graph: FlowGraph, root: str) -> None:
+    def __init__(self, graph: FlowGraph, root: str, *, sample_size: int = SAMPLE_SIZE) -> None:
         space = graph.spaces[root]
         if not isinstance(space, History):
             raise FlowError(f"flows: {root!r} is not an event history")
         self.graph, self.root, self.names = graph, root, space.schema.names
+        self._types = space.schema.types()
         self.entries: dict[tuple[Node, Transform], list[str]] = {}
         self._keys: list[tuple[Node, Transform]] = []
         self._predicates: list[Callable[[Env], bool]] = []
         self._apply: list[Callable[[Env], tuple[Value, ...]] | None] = []
         """None: the identity (the event itself)."""
-        self._index: dict[str, dict[Value, list[int]]] = {}
-        self._always: list[int] = []
+        self._labels: list[list[str]] = []
+        self._sample = Sample(self.names, sample_size)
+        self._plan: Plan | None = None
+        """Built at the first match after a change (subscriptions arrive in bursts)."""
         self._subtrees: set[Node] = set()
         self.nodes_total = 0
+        self.candidates = 0
+        """Entries the index proposed, over all events matched (for the benchmark)."""
+        self.evaluated = 0
+        """Predicates evaluated, over all events matched."""
 
     @property
     def distinct_nodes(self) -> int:
@@ -191,62 +207,71 @@ class Matcher:
             self.entries[key].append(label)
             return
         _collect(path.predicate, self._subtrees)
-        index = len(self._keys)
-        self.entries[key] = [label]
+        self.entries[key] = labels = [label]
         self._keys.append(key)
+        self._labels.append(labels)
         self._predicates.append(compile_predicate(path.predicate, self.graph.functions))
         self._apply.append(None if path.transform.is_identity else path.transform.compiled(self.graph.functions))
-        anchor = _anchor(path.predicate, set(self.names))
-        if anchor is None:
-            self._always.append(index)
-        else:
-            field_name, values = anchor
-            by_value = self._index.setdefault(field_name, {})
-            for value in values:
-                by_value.setdefault(value, []).append(index)
+        self._plan = None
 
-    def _candidates(self, env: Env) -> list[int]:
-        found = list(self._always)
-        for field_name, by_value in self._index.items():
-            found += by_value.get(env[field_name], ())
-        return sorted(set(found)) if self._index else found
+    def access(self, index: int) -> Access:
+        """Where entry ``index`` is filed (for tests and the benchmark)."""
+        return access_of(self._keys[index][0], self._types, self._sample.estimate)
+
+    def _current_plan(self) -> Plan:
+        if self._plan is None:
+            self._plan = plan((k[0] for k in self._keys), self.names, self._types, self._sample.estimate)
+        return self._plan
+
+    def _candidates(self, event: Sequence[Value]) -> tuple[list[int], list[bool] | None]:
+        """(entries to consider, in order; which of them need no evaluation, None: all do)."""
+        if self._sample.filling and self._sample.observe(event):
+            self._plan = None  # the sample just filled: choose the access conditions again with it
+        current = self._current_plan()
+        found = set(current.always)
+        for position, index in current.fields:
+            value = event[position]
+            if unordered(value):
+                return list(range(len(self._keys))), None
+            index.stab(value, found)
+        return sorted(found), current.exact
 
     def match(self, event: Sequence[Value]) -> list[tuple[str, tuple[Value, ...]]]:
         """(label, transformed event) for every entry whose S holds and whose T is defined."""
+        candidates, exact = self._candidates(event)
+        return self._run(event, candidates, exact)
+
+    def match_unindexed(self, event: Sequence[Value]) -> list[tuple[str, tuple[Value, ...]]]:
+        """``match`` by evaluating every entry's predicate (the reference)."""
+        return self._run(event, range(len(self._keys)), None)
+
+    def _run(self, event: Sequence[Value], candidates: Sequence[int],
+             exact: list[bool] | None) -> list[tuple[str, tuple[Value, ...]]]:
         env = dict(zip(self.names, event))
+        itself = tuple(event)
+        predicates, applies, labels = self._predicates, self._apply, self._labels
         out: list[tuple[str, tuple[Value, ...]]] = []
-        for index in self._candidates(env):
-            if not self._predicates[index](env):
-                continue
-            apply = self._apply[index]
+        evaluated = 0
+        for index in candidates:
+            if exact is None or not exact[index]:
+                evaluated += 1
+                if not predicates[index](env):
+                    continue
+            apply = applies[index]
             try:
-                value = tuple(event) if apply is None else apply(env)
+                value = itself if apply is None else apply(env)
             except EvalError:
                 continue
-            out += [(label, value) for label in self.entries[self._keys[index]]]
+            for label in labels[index]:
+                out.append((label, value))
+        self.candidates += len(candidates)
+        self.evaluated += evaluated
         return out
 
     def any_match(self, event: Sequence[Value]) -> bool:
+        candidates, exact = self._candidates(event)
         env = dict(zip(self.names, event))
-        return any(self._predicates[i](env) for i in self._candidates(env))
-
-
-def _anchor(predicate: Node, fields: set[str]) -> tuple[str, list[Value]] | None:
-    """(field, values) such that the predicate can hold only where the field
-    has one of the values: a conjunct ``f = c``, or a disjunction of them."""
-    if isinstance(predicate, Binary) and predicate.op == "&":
-        return _anchor(predicate.left, fields) or _anchor(predicate.right, fields)
-    if isinstance(predicate, Binary) and predicate.op == "|":
-        left, right = _anchor(predicate.left, fields), _anchor(predicate.right, fields)
-        if left and right and left[0] == right[0]:
-            return left[0], left[1] + right[1]
-        return None
-    if isinstance(predicate, Binary) and predicate.op == "=":
-        for name, const in ((predicate.left, predicate.right), (predicate.right, predicate.left)):
-            if isinstance(name, Name) and name.name in fields and isinstance(const, Const) \
-                    and not isinstance(const.value, float):
-                return name.name, [const.value]
-    return None
+        return any((exact is not None and exact[i]) or self._predicates[i](env) for i in candidates)
 
 
 def _collect(node: Node, seen: set[Node]) -> None:

@@ -440,11 +440,17 @@ class FlowEngine:
         return out
 
     def _expand_change(self, sub: LocalSubscription, key: Key, before: Row | None, after: Row) -> list[Output]:
+        """The events of the expanded history for one row change: the expansion,
+        under the arc's interpretation, of the change of the columns it reads."""
         assert sub.state is not None and sub.expands_into is not None
-        collapse = sub.state.collapse
-        expander = self._expanders.setdefault(sub.compiled.space, Expander(collapse))
+        interpretation, columns = self.graph.expansion_into(sub.expands_into)
+        old = None if before is None else tuple(before[i] for i in columns)
+        new = tuple(after[i] for i in columns)
+        if old == new:
+            return []  # only columns the history does not carry changed (a window moved)
+        expander = self._expander(f"-> {sub.expands_into}", interpretation)
         try:
-            events, _, _, _ = expander.expand_key(key, before, after)
+            events, _, _, _ = expander.expand_key(key, old, new)
         except FlowError:
             self._count["expansions_failed"] += 1
             return []
@@ -454,6 +460,13 @@ class FlowEngine:
             for label, value in matcher.match(event):  # type: ignore[union-attr]
                 out += self._feed(self.subs[int(label)], value)
         return out
+
+    def _expander(self, name: str, interpretation: Collapse) -> Expander:
+        """One per state (catch-up) and per expanded history, built once: building one canonicalises the rules."""
+        expander = self._expanders.get(name)
+        if expander is None:
+            expander = self._expanders[name] = Expander(interpretation)
+        return expander
 
     # --- internals: transfer and catch-up ------------------------------------------------------
 
@@ -534,10 +547,11 @@ class FlowEngine:
         target = mine.state.collapse.target
         key_part = _key_predicate(wanted, self.graph)
         goal = {k: r for k, r in mine.state.rows.items() if key_part(dict(zip(target.key_names, k)))}
-        if request.s0 is None:
+        if request.s0 is None or mine.state.collapse.has_windows:
+            # a window is the key's last W events: no sequence shorter than those rebuilds it, the rows are shorter
             return wire.Snapshot(request.nonce, request.space, tuple(sorted(goal.items())))
         s0 = {tuple(k): tuple(r) for k, r in request.s0}
-        expander = self._expanders.setdefault(request.space, Expander(mine.state.collapse))
+        expander = self._expander(request.space, mine.state.collapse)
         expansion = expander.expand(s0, goal)
         return wire.Expansion(request.nonce, request.space, expansion.events)
 

@@ -15,6 +15,17 @@ rule type-checks against both schemas; a state has exactly one in-arc, a
 collapse; an expand writes the schema its state's collapse reads; the graph
 is acyclic.
 
+An expand arc carries a collapse rule: the interpretation its history must
+have. By default it is the state's own collapse (the paper's region 4: the
+history then reads like the state's source, and its subscribers can be sent
+a shorter equivalent sequence). It may carry rules of its own instead,
+interpreting a history of another schema as the state's value columns it
+names (``values``; by default every column but the windows): the paper's
+region 5, where a state of per-issue average price and largest recent drop
+expands into an Alarms space, ``[i, d] -> <i: d>``, that consumers select
+``drop > 20`` from. Each change of those columns is one event of the history;
+a change elsewhere in the row (the window moving) is none.
+
 Order: ``order_for(root)`` chooses the sgcs order of
 the group that carries a root: a collapse downstream distinguishes the order
 of events per key, and events of one key may come from several publishers;
@@ -28,6 +39,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Union
 
+from . import window as windows
 from .collapse import Collapse
 from .rules import Select, Transform
 from .schema import DEFAULT_FUNCTIONS, EventSchema, Functions, StateSchema
@@ -103,17 +115,32 @@ class FlowGraph:
         return self._add(Arc("collapse", source, target, collapse=Collapse(src.schema, dst.schema, texts,
                                                                             self.functions)))
 
-    def expand(self, source: str, target: str) -> Arc:
-        self._state(source)
+    def expand(self, source: str, target: str, rules: Iterable[str] | str | None = None,
+               values: Iterable[str] | str | None = None) -> Arc:
+        """An expand arc. Without ``rules`` it inverts the state's own collapse
+        (``target`` has the schema that collapse reads); with ``rules`` (collapse
+        rules from ``target``'s events into the state's ``values`` columns) it
+        derives a history of its own schema (see the module docstring)."""
+        state = self._state(source)
         dst = self._history(target)
         feeding = self.collapse_of(source)
         if feeding is None:
             raise FlowError(f"flows: expand {source} -> {target}: declare the collapse into {source!r} first")
-        if feeding.source != dst.schema:
-            raise FlowError(f"flows: expand {source} -> {target}: {target!r} must have the schema its collapse reads"
-                            f" ({feeding.source}), has {dst.schema}")
         if self.in_arcs(target):
             raise FlowError(f"flows: expand {source} -> {target}: a history fed by an expand has no other in-arc")
+        if rules is not None:
+            texts = [rules] if isinstance(rules, str) else list(rules)
+            projected = _projection(state, values, f"expand {source} -> {target}")
+            return self._add(Arc("expand", source, target, collapse=Collapse(dst.schema, projected, texts,
+                                                                              self.functions)))
+        if values is not None:
+            raise FlowError(f"flows: expand {source} -> {target}: values= needs rules of its own")
+        if feeding.has_windows:
+            raise FlowError(f"flows: expand {source} -> {target}: {source!r} has a window column, which no event of"
+                            f" its source sets alone; give the expand rules of its own over the other columns")
+        if feeding.source != dst.schema:
+            raise FlowError(f"flows: expand {source} -> {target}: {target!r} must have the schema its collapse reads"
+                            f" ({feeding.source}), has {dst.schema}, or the expand needs rules of its own")
         return self._add(Arc("expand", source, target))
 
     def _new_name(self, name: str) -> str:
@@ -175,6 +202,18 @@ class FlowGraph:
 
     def collapse_of(self, state: str) -> Collapse | None:
         return next((a.collapse for a in self.in_arcs(state) if a.kind == "collapse"), None)
+
+    def expansion_into(self, history: str) -> tuple[Collapse, tuple[int, ...]]:
+        """The interpretation of a history fed by an expand, and the positions
+        in the state's rows of the value columns it interprets."""
+        arc = next((a for a in self.in_arcs(history) if a.kind == "expand"), None)
+        if arc is None:
+            raise FlowError(f"flows: {history!r} is not fed by an expand")
+        state = self.spaces[arc.source]
+        rule = arc.collapse or self.collapse_of(arc.source)
+        assert isinstance(state, StateSpace) and rule is not None
+        names = state.schema.value_names
+        return rule, tuple(names.index(n) for n in rule.target.value_names)
 
     def validate(self) -> None:
         """Everything that per-arc checks cannot see; FlowError on the first problem."""
@@ -266,7 +305,8 @@ class FlowGraph:
         import hashlib
         text = repr(sorted((n, str(s.schema)) for n, s in self.spaces.items())) + repr(
             [(a.kind, a.source, a.target, a.select.text if a.select else a.transform.text if a.transform
-              else a.collapse.describe() if a.collapse else "") for a in self.arcs])
+              else a.collapse.describe() if a.collapse else "") for a in self.arcs]) + repr(
+            [str(a.collapse.target) for a in self.arcs if a.kind == "expand" and a.collapse])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # --- TOML ----------------------------------------------------------------------------
@@ -320,4 +360,32 @@ def _add_arc(graph: FlowGraph, index: int, spec: Any) -> None:
         rules = spec["collapse"]
         graph.collapse(source, target, [str(r) for r in rules] if isinstance(rules, list) else str(rules))
     else:
-        graph.expand(source, target)
+        _add_expand(graph, index, source, target, spec)
+
+
+def _add_expand(graph: FlowGraph, index: int, source: str, target: str, spec: dict[str, Any]) -> None:
+    rules, values = spec["expand"], spec.get("values")
+    if rules is True:
+        graph.expand(source, target, values=values)
+    elif isinstance(rules, (str, list)):
+        graph.expand(source, target, [str(r) for r in rules] if isinstance(rules, list) else rules,
+                     [str(v) for v in values] if isinstance(values, list) else values)
+    else:
+        raise FlowError(f"flows: TOML: arcs[{index}]: expand is true or the expand's own rules")
+
+
+def _projection(state: StateSpace, values: Iterable[str] | str | None, where: str) -> StateSchema:
+    """The state's keys and the ``values`` columns (default: every column but the windows)."""
+    kinds = dict(state.schema.values)
+    if values is None:
+        names = [n for n, k in state.schema.values if not windows.is_window(k)]
+    else:
+        names = [v.strip() for v in values.split(",")] if isinstance(values, str) else list(values)
+    for name in names:
+        if name not in kinds:
+            raise FlowError(f"flows: {where}: {name!r} is not a value column of {state.name!r} ({state.schema})")
+        if windows.is_window(kinds[name]):
+            raise FlowError(f"flows: {where}: an expand interprets scalar columns; {name!r} is a window")
+    if not names or len(set(names)) != len(names):
+        raise FlowError(f"flows: {where}: values must name one or more columns, each once")
+    return StateSchema(state.schema.keys, tuple((n, kinds[n]) for n in names))

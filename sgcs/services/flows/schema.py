@@ -20,9 +20,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from . import window as windows
 from .syntax import Binary, Call, Const, FlowError, Name, Node, Unary, Value, error_at
 
 TYPES = ("int", "float", "str", "bool")
+"""Scalar types; a state value column may also be a window, ``float[W]`` (``window.py``)."""
 NUMERIC = ("int", "float")
 _PY_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
@@ -42,8 +44,12 @@ def _parse_fields(spec: str | Iterable[tuple[str, str]], what: str) -> tuple[tup
     for name, kind in pairs:
         if not name.isidentifier():
             raise FlowError(f"flows: {what} field name {name!r} is not an identifier")
-        if kind not in TYPES:
-            raise FlowError(f"flows: {what} field {name!r} has unknown type {kind!r}; use one of {', '.join(TYPES)}")
+        if windows.is_window(kind) and what == "state value":
+            _check_capacity(name, kind)
+        elif kind not in TYPES:
+            windowed = " (a window, float[W], only as a state value)" if windows.is_window(kind) else ""
+            raise FlowError(f"flows: {what} field {name!r} has unknown type {kind!r}{windowed}; use one of"
+                            f" {', '.join(TYPES)}")
         if name in seen:
             raise FlowError(f"flows: {what} field {name!r} appears twice")
         seen.add(name)
@@ -52,8 +58,16 @@ def _parse_fields(spec: str | Iterable[tuple[str, str]], what: str) -> tuple[tup
     return tuple(pairs)
 
 
+def _check_capacity(name: str, kind: str) -> None:
+    limit = windows.capacity(kind)
+    if limit is None or not 1 <= limit <= windows.MAX_CAPACITY:
+        raise FlowError(f"flows: window {name!r} needs a size from 1 to {windows.MAX_CAPACITY}, e.g. 'float[20]'")
+
+
 def check_value(kind: str, value: object, where: str) -> Value:
     """``value`` as a value of type ``kind`` (ints widen to float), or FlowError."""
+    if windows.is_window(kind):
+        return _check_window(kind, value, where)
     if type(value) is bool and kind != "bool":
         raise FlowError(f"flows: {where} must be {kind}, got bool")
     if not isinstance(value, _PY_TYPES[kind]):
@@ -67,6 +81,13 @@ def check_value(kind: str, value: object, where: str) -> Value:
             raise FlowError(f"flows: {where} must be a finite number")
         return number
     return value  # type: ignore[return-value]
+
+
+def _check_window(kind: str, value: object, where: str) -> Value:
+    limit = windows.capacity(kind) or windows.MAX_CAPACITY
+    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= limit:
+        raise FlowError(f"flows: {where} must be a window of 1 to {limit} numbers")
+    return tuple(float(check_value("float", v, where)) for v in value)  # type: ignore[arg-type]  # a float, checked
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +182,7 @@ class Functions:
         if not name.isidentifier():
             raise FlowError(f"flows: function name {name!r} is not an identifier")
         for kind in (*params, result):
-            if kind not in TYPES:
+            if kind not in TYPES and kind != windows.WINDOW:
                 raise FlowError(f"flows: function {name!r} uses unknown type {kind!r}")
         self.table[name] = Function(tuple(params), result, impl)
 
@@ -181,12 +202,18 @@ for _name, _params, _result, _impl in (
     ("floor", ("float",), "int", math.floor),
 ):
     DEFAULT_FUNCTIONS.register(_name, _params, _result, _impl)
+for _window_function in windows.FUNCTIONS:
+    DEFAULT_FUNCTIONS.register(*_window_function)
 
 
 # --- the type checker ----------------------------------------------------------------------
 
 
 def widens(have: str, want: str) -> bool:
+    """A value of type ``have`` may stand where ``want`` is expected. Any window
+    stands for any other: a row cuts it to its column's size."""
+    if windows.is_window(have) or windows.is_window(want):
+        return windows.is_window(have) and windows.is_window(want)
     return have == want or (have == "int" and want == "float")
 
 
@@ -250,10 +277,12 @@ def _call_type(node: Call, env: TypeEnv) -> str:
     if len(node.args) != len(function.params):
         raise error_at(f"{node.function} takes {len(function.params)} argument(s), got {len(node.args)}",
                        env.text, node.pos)
-    for arg, want in zip(node.args, function.params):
-        have = type_of(arg, env)
+    kinds = [type_of(arg, env) for arg in node.args]
+    for arg, want, have in zip(node.args, function.params, kinds):
         if not widens(have, want):
             raise error_at(f"{node.function} needs {want}, got {have}", env.text, getattr(arg, "pos", node.pos))
+    if function.result == windows.WINDOW and function.params[:1] == (windows.WINDOW,):
+        return kinds[0]  # push(w, p) is a window of w's size
     return function.result
 
 

@@ -19,12 +19,16 @@ Usage::
         await prices.ready()                 # the state at the cut, or the catch-up
         await flows.publish("NYSE", [("IBM", 120.0, 5000.0)])   # returns once delivered here
         prices.rows()                        # {("IBM",): (120.0, 120.0)}
+
+A history subscription queues its events until they are read. With
+``conflate="issue"`` a reader that falls more than ``behind`` events behind
+gets the latest event per issue instead of all of them (``conflate.py``), so
+a slow reader's queue stays as small as the number of issues.
 """
 
 from __future__ import annotations
 
 import os
-from collections import deque
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import AsyncIterator, Iterable, Sequence
 
@@ -35,6 +39,7 @@ from sgcs.errors import SgcsError, UsageError
 
 from ..tasks import background
 from .collapse import Key, Row
+from .conflate import DeliveryQueue, key_of
 from .engine import Deliver, FlowEngine, FlowStatistics, LocalSubscription, Multicast, Output, Persist, Phase, Ready, \
     Unicast
 from .graph import FlowGraph
@@ -44,7 +49,9 @@ from .syntax import Value
 OUTGOING_MAX = 10_000
 """Messages waiting for the transmit task; publishers wait beyond (backpressure)."""
 QUEUE_MAX = 1_000_000
-"""Events a history subscription holds unread; beyond, the oldest are dropped and counted."""
+"""Events a history subscription without ``conflate`` holds unread; beyond, the oldest are dropped and counted."""
+BEHIND = 10_000
+"""Unread events beyond which a subscription with ``conflate`` conflates."""
 TICK = 0.2
 """Seconds between checks for overdue state transfers."""
 
@@ -52,12 +59,11 @@ TICK = 0.2
 class FlowSubscription:
     """One subscription; get it from :meth:`FlowService.subscribe`."""
 
-    def __init__(self, service: "FlowService", sub: LocalSubscription) -> None:
+    def __init__(self, service: "FlowService", sub: LocalSubscription, queue: DeliveryQueue | None = None) -> None:
         self._service, self._sub = service, sub
-        self._events: deque[tuple[Value, ...]] = deque()
+        self._events = queue if queue is not None else DeliveryQueue(limit=QUEUE_MAX)
         self._arrived = trio.Event()
         self._ready = trio.Event()
-        self.dropped = 0
         if sub.phase is Phase.LIVE:
             self._ready.set()
 
@@ -72,8 +78,15 @@ class FlowSubscription:
     @property
     def counters(self) -> dict[str, int]:
         sub = self._sub
+        queue = self._events
         return {"delivered": sub.delivered, "catchup_events": sub.catchup_events, "catchup_bytes": sub.catchup_bytes,
-                "transfer_bytes": sub.transfer_bytes, "dropped": self.dropped}
+                "transfer_bytes": sub.transfer_bytes, "dropped": queue.dropped, "conflated": queue.conflated,
+                "unread": len(queue), "unread_high_water": queue.high_water}
+
+    @property
+    def dropped(self) -> int:
+        """Events dropped unread because the queue was full (no ``conflate``)."""
+        return self._events.dropped
 
     async def ready(self) -> None:
         """Return once a state subscription is LIVE (at once for a history)."""
@@ -85,21 +98,18 @@ class FlowSubscription:
 
     async def receive(self) -> tuple[Value, ...]:
         """The next event of a history subscription."""
-        while not self._events:
+        while True:
+            event = self._events.pop()
+            if event is not None:
+                return event
             self._arrived = trio.Event()
             await self._arrived.wait()
-        return self._events.popleft()
 
     def receive_nowait(self) -> list[tuple[Value, ...]]:
-        events = list(self._events)
-        self._events.clear()
-        return events
+        return self._events.drain()
 
     def _push(self, event: tuple[Value, ...]) -> None:
-        if len(self._events) >= QUEUE_MAX:
-            self._events.popleft()
-            self.dropped += 1
-        self._events.append(event)
+        self._events.push(event)
         self._arrived.set()
 
 
@@ -158,15 +168,21 @@ class FlowService:
                 raise NotPublished(f"flows: events published into {root!r} were not delivered ({own.failure}); "
                                    "publish them again if they still matter")
 
-    async def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False) -> FlowSubscription:
+    async def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False,
+                        conflate: str | Sequence[str] | None = None, behind: int = BEHIND) -> FlowSubscription:
         """Subscribe to any space. A state subscription starts its transfer (or,
         durable and known to this member's store, its catch-up); await
-        ``ready()`` before reading its rows."""
+        ``ready()`` before reading its rows.
+
+        ``conflate``: the key field(s) of a history whose events are each their
+        key's latest value; once more than ``behind`` events are unread, the
+        reader gets the latest event per key instead of every one."""
         s0 = self._store.load(space, predicate) if durable and self._store is not None else None
         if durable and self._store is None:
             raise UsageError("flows: a durable subscription needs open_flows(..., store=PATH)")
+        queue = None if conflate is None else DeliveryQueue(key_of(self.engine.graph, space, conflate), behind=behind)
         sub_id, out = self.engine.subscribe(space, predicate, durable=durable, s0=s0, now=trio.current_time())
-        handle = FlowSubscription(self, self.engine.subs[sub_id])
+        handle = FlowSubscription(self, self.engine.subs[sub_id], queue)
         self._subs[sub_id] = handle
         await self._run(out)
         return handle

@@ -12,7 +12,7 @@ keeper computes the expansion from them to the current rows.
 
 A keeper stores its full states the same way (predicate ``true``), to start
 from them when it finds no other keeper. JSON keeps the values typed (int,
-float, str, bool); the schema re-checks them on load.
+float, str, bool, and windows as lists); the schema re-checks them on load.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from typing import Mapping
+from typing import Any, Mapping
 
 from .collapse import Key, Row
 
@@ -45,7 +45,7 @@ class FlowStore:
                                  (space, predicate)).fetchall()
         if not found:
             return None
-        return {tuple(json.loads(k)): tuple(json.loads(r)) for k, r in found}
+        return {tuple(json.loads(k)): _row(json.loads(r)) for k, r in found}
 
     def save(self, space: str, predicate: str, rows: Mapping[Key, Row]) -> None:
         if not rows:
@@ -62,3 +62,8 @@ class FlowStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _row(values: list[Any]) -> Row:
+    # JSON has no tuples: a window column (float[W]) comes back as a list
+    return tuple(tuple(v) if isinstance(v, list) else v for v in values)

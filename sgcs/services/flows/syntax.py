@@ -40,7 +40,8 @@ def error_at(message: str, text: str, pos: int) -> FlowError:
 
 # --- the AST ---------------------------------------------------------------------------
 
-Value = Union[int, float, str, bool]
+Value = Union[int, float, str, bool, tuple[float, ...]]
+"""A scalar, or a window of numbers (a state value column of type ``float[W]``, ``window.py``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ publishers"): five messages, JSON behind a one-byte tag ``F`` and a version:
   cut) a state transfer request: the space, the subscriber's predicate, and
   for a returning durable subscriber its last rows ``s0``;
 * ``snap`` / ``exp`` (unicast to the requester) the rows at the cut, or the
-  expansion from ``s0`` to them.
+  expansion from ``s0`` to them. A row's window column (``float[W]``) is a
+  list of numbers.
 
 Everything from the network is untrusted: ``decode_untrusted`` checks the
 shape and the caps and raises only ``DecodeError``; the events themselves are
@@ -32,6 +33,8 @@ MAX_ITEMS = 200_000
 """Events or rows in one message at most."""
 MAX_TEXT = 4_096
 """Characters of a name or predicate at most."""
+MAX_WINDOW = 10_000
+"""Numbers in a window column of a row at most (``window.MAX_CAPACITY``)."""
 
 Row = list[Any]
 
@@ -150,8 +153,21 @@ def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
 
 
+def _row(value: Any) -> tuple[Any, ...]:
+    """A state row: scalars, and windows (lists of numbers; the schema checks their size)."""
+    if not isinstance(value, list) or len(value) > 64:
+        raise ValueError("row")
+    return tuple(_window(v) if isinstance(v, list) else _tuple([v])[0] for v in value)
+
+
+def _window(value: list[Any]) -> list[Any]:
+    if len(value) > MAX_WINDOW or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise ValueError("window")
+    return value
+
+
 def _rows(value: Any) -> tuple[tuple[tuple[Any, ...], tuple[Any, ...]], ...]:
-    return tuple((_tuple(pair[0]), _tuple(pair[1])) for pair in _items(value) if len(pair) == 2)
+    return tuple((_tuple(pair[0]), _row(pair[1])) for pair in _items(value) if len(pair) == 2)
 
 
 def _sub(body: dict[str, Any]) -> Sub:
