@@ -23,8 +23,11 @@ sender handing in a mail, an MI pulling) is counted, not simulated.
 
 The cost model (``sgcs.services.mailboxes.costmodel``) is evaluated at the
 run's measured rho1 (share of ``local`` mails), rho2 (share of ``known``) and
-q (share of mails that took a forward hop from an old post office: in a
-FORWARD batch or from a tombstone), and set beside the run's traffic in the
+q, as the paper defines it: among the mails whose receiver was outside the
+sender's domain, the share that took a forward hop from an old post office
+(in a FORWARD batch or from a tombstone). Local mails never enter q's terms
+of equations (1) and (2); a local mail forwarded because its receiver moved
+away is counted apart (``forwarded_local``), and set beside the run's traffic in the
 model's units (C_mail per mail carried between domains, C_ctl per QUERY,
 ANSWER and NACK, plus C_ctl + C_mail for the pull); acknowledgements, which
 the paper's reliable network does not need, are listed apart. The migration
@@ -170,7 +173,9 @@ def summarise(ledger: Ledger, held: set[MailKey], costs: Costs = Costs()) -> dic
     per = _per(n)
     paths = Counter(m.path for m in ledger.mails.values())
     rho1, rho2 = paths["local"] / n if n else 0.0, paths["known"] / n if n else 0.0
-    q = len(ledger.forwarded) / n if n else 0.0
+    remote = n - paths["local"]
+    forwarded_local = sum(1 for k in ledger.forwarded if k in ledger.mails and ledger.mails[k].path == "local")
+    q = (len(ledger.forwarded) - forwarded_local) / remote if remote else 0.0
     q_moving = sum(m.moving for m in ledger.mails.values()) / n if n else 0.0
     msgs, byts = ledger.messages, ledger.bytes
     query_like = sum(msgs[k.value] for k in (Kind.QUERY, Kind.ANSWER, Kind.NACK))
@@ -220,7 +225,7 @@ def summarise(ledger: Ledger, held: set[MailKey], costs: Costs = Costs()) -> dic
         },
         "cost_model": {
             "units": "KB with C_ctl = 1, C_mail = 4; time in KB / inter-domain bandwidth, intra 10x faster",
-            "rho1": rho1, "rho2": rho2, "q": q, "q_receiver_moving": q_moving,
+            "rho1": rho1, "rho2": rho2, "q": q, "q_receiver_moving": q_moving, "forwarded_local": forwarded_local,
             "traffic_per_mail": {"measured": per(inter_model) + pull, "eq2": expected_traffic(rho1, rho2, q, costs)},
             "time_per_mail": {"from_counts": per(inter_model) + pull / costs.ratio,
                               "eq1": expected_time(rho1, rho2, q, costs)},

@@ -87,6 +87,8 @@ def test_counts_are_sane(shipped: tuple[dict[str, Any], Path]) -> None:
     assert mig["dereg"] == 1.0
     assert mig["measured"] == pytest.approx(mig["model"] - mig["moves_to_home"] / summary["moves"])
     assert 0.0 < model["rho1"] < 1.0 and model["traffic_per_mail"]["measured"] > 0
+    # q is over the mails whose receiver was outside the sender's domain (equations (1) and (2))
+    assert 0.0 <= model["q"] <= 1.0 and model["forwarded_local"] <= paths["local"]
     rows = pq.read_table(out / "mail").to_pandas()
     assert len(rows) == mails["sent"] and (rows["deliveries"] == 1).all()
     assert (rows["t_delivered"] >= rows["t_sent"]).all()
