@@ -1,5 +1,5 @@
 """Rounds from a multicast to its stability at every member, on the real
-``ReliableStream`` objects (the stability all-reduce of sgcs/transport/reliable.py).
+``ReliableStream`` objects (the stability all-reduce of sgcs/transport/stability.py).
 
 Usage::
 

@@ -46,7 +46,8 @@ from .ordering.total import PROMISE_AHEAD, OrderedMessage, OrderingLayer
 from .transport.framing import pack
 from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
 from .transport.params import Params
-from .transport.reliable import ACK_MATRIX_MAX, ReliableStream, StreamStatistics
+from .transport.reliable import ReliableStream, StreamStatistics
+from .transport.stability import ACK_MATRIX_MAX
 from .transport.unicast import UnicastAck, UnicastSend, UnicastStreams
 from .wire import (
     ORDER_CODES,

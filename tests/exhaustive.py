@@ -214,8 +214,8 @@ _SHARED: dict[int, tuple[object, str, str]] = {}
 """id -> (object, module, name) of every module-level object (and class
 attribute) of the sgcs modules loaded. A copy of a node must keep referring
 to these very objects: the protocol compares some by identity (the shared
-empty deque ``_EMPTY`` of ``ordering.total``, ``_IN_ORDER`` and ``_NO_ACKS``
-of ``transport.reliable``); a plain pickle or deepcopy gives each copy its
+empty deque ``_EMPTY`` of ``ordering.total``, ``IN_ORDER`` and ``_NO_ACKS``
+of ``transport.state`` and ``transport.stability``); a plain pickle or deepcopy gives each copy its
 own, and a copy then appends to a "shared empty" deque and mixes two streams
 (found by this explorer: ``TypeError`` in ``_use_promises`` one step after a
 copy)."""

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 KNOWN_LAYER_CYCLES = [["membership", "transport", "wire"]]
 """Layer cycles the protocol core still has (docs/architecture.md, "Known
-debts"): wire -> transport.records, transport.reliable -> membership.roster,
+debts"): wire -> transport.records, transport.state -> membership.roster,
 membership.synchrony -> transport.records. No module cycle, but the layers
 are not yet a strict stack. A new layer cycle fails here."""
 

@@ -17,7 +17,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from sgcs.membership.roster import roster_of
 from sgcs.transport.records import FULL, RESYNC, Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
 from sgcs.transport.params import Params
-from sgcs.transport.reliable import ReliableStream, _Floors
+from sgcs.transport.reliable import ReliableStream
+from sgcs.transport.stability import Floors
 
 from _memnet import Datagram, MemoryNetwork, losing
 
@@ -266,7 +267,7 @@ def test_a_newcomer_whose_copy_starts_at_the_cut_takes_part_in_that_streams_all_
     newcomer = ReliableStream(99, members, Params(gossip_interval=0.1, max_members=4_096), random.Random(9), 0.0)
     newcomer.set_members(members, starts={96: 4})  # the cut: 96's stream up to 4 is the old view's
     if known_stable:
-        newcomer._stable[96] = 4
+        newcomer.state.stable[96] = 4
     newcomer.on_digest(98, (), 0.05, Aggregate(0, tag, ((96, 3),), 0, 1, FULL))  # our level-0 predecessor
     digests = [o for o in newcomer.on_timeout(0.2) if isinstance(o, OutDigest)]
     told = {d.dst: dict(d.aggregate.floors).get(96) for d in digests}
@@ -305,7 +306,7 @@ def test_newcomers_before_the_sender_let_its_old_views_messages_become_stable() 
     net.run_events(5.0, latency=0.001)
     assert streams[1].window() == 0, "every member holds 1's messages (the newcomers from the cut on)"
     assert {i: s.promise_floor() for i, s in streams.items()} == dict.fromkeys(members, 2)
-    assert all(not s._rejoined for s in streams.values()), "the newcomers retire the stream once it is stable"
+    assert all(not s.stability._rejoined for s in streams.values()), "the newcomers retire the stream once it is stable"
 
 
 def test_a_member_that_knew_a_stream_stable_in_the_view_before_passes_its_floors_on() -> None:
@@ -328,7 +329,7 @@ def test_a_member_that_knew_a_stream_stable_in_the_view_before_passes_its_floors
     old = StreamNetwork({i: Peer(streams[i]) for i in (5, 6)})
     streams[6].on_records(5, tuple(records), "data", 0.0)
     old.run_events(2.0, latency=0.001)
-    assert streams[6]._stable.get(5) == 2 and not streams[6]._store.get(5), "stable at 6 in the view before"
+    assert streams[6].state.stable.get(5) == 2 and not streams[6].state.store.get(5), "stable at 6 in the view before"
     assert streams[5].window() == 2, "capped at 5"
     for i, stream in streams.items():
         stream.stability_cap = None
@@ -353,7 +354,7 @@ def test_own_messages_unstable_for_two_cycles_ask_the_predecessors() -> None:
     stream.send(b"x", 0.0, clock=5)
     asked: list[tuple[int, int]] = []
     for step in range(1, 40):
-        asked += [(stream._round, o.dst) for o in stream.on_timeout(step * 0.1 + 0.1) if isinstance(o, OutStable)]
+        asked += [(stream.state.round, o.dst) for o in stream.on_timeout(step * 0.1 + 0.1) if isinstance(o, OutStable)]
     depth = math.ceil(math.log2(100))
     assert {r for r, _ in asked} == {1 + 2 * depth, 1 + 4 * depth}  # every two cycles while it waits
     assert sorted(d for r, d in asked if r == 1 + 2 * depth) == sorted((3 - (1 << k)) % 100 for k in range(depth))
@@ -420,36 +421,36 @@ def test_changed_floor_levels_are_exactly_those_whose_floor_moved(depth: int, da
     sender = 1
     inbound = stream._inbound_of(sender)
     inbound.contig = data.draw(values)
-    stream._stable[sender] = data.draw(values)
+    stream.state.stable[sender] = data.draw(values)
     if data.draw(st.booleans()):
-        stream._floors.setdefault(sender, _Floors()).row = data.draw(st.lists(values, min_size=depth,
+        stream.stability._floors.setdefault(sender, Floors()).row = data.draw(st.lists(values, min_size=depth,
                                                                                 max_size=depth))
-    before = [stream._floor_at(sender, level, stream.contig_of(sender)) for level in range(depth)]
-    contig_before, low_before = inbound.contig, stream._stable[sender]
+    before = [stream.stability._floor_at(sender, level, stream.contig_of(sender)) for level in range(depth)]
+    contig_before, low_before = inbound.contig, stream.state.stable[sender]
     what = data.draw(st.sampled_from(["contig", "low", "level"]))
     level, value_before = -1, 0
     if what == "contig":
         inbound.contig += data.draw(st.integers(0, 3))
     elif what == "low":
-        stream._stable[sender] += data.draw(st.integers(0, 3))
+        stream.state.stable[sender] += data.draw(st.integers(0, 3))
     else:
         level = data.draw(st.integers(0, depth - 1))
-        floors = stream._floors.setdefault(sender, _Floors())
+        floors = stream.stability._floors.setdefault(sender, Floors())
         row = floors.row = floors.row or [0] * depth
         value_before = row[level]
         row[level] += data.draw(st.integers(0, 3))
-    after = [stream._floor_at(sender, k, stream.contig_of(sender)) for k in range(depth)]
-    for floors in stream._floors.values():  # nothing left to send: the marks below are this change's alone
+    after = [stream.stability._floor_at(sender, k, stream.contig_of(sender)) for k in range(depth)]
+    for floors in stream.stability._floors.values():  # nothing left to send: the marks below are this change's alone
         floors.unsent = 0
-    for listed in stream._unsent_at:
+    for listed in stream.stability._unsent_at:
         listed.clear()
-    stream._unsent_count = 0
-    stream._note_floors(sender, contig_before, low_before, level, value_before)
+    stream.stability._unsent_count = 0
+    stream.stability.note_floors(sender, contig_before, low_before, level, value_before)
     expected = sum(1 << k for k in range(depth) if before[k] != after[k])
-    assert stream._unsent_of(sender) == expected, (before, after)
-    assert {k for k, listed in enumerate(stream._unsent_at) if sender in listed} == \
+    assert stream.stability._unsent_of(sender) == expected, (before, after)
+    assert {k for k, listed in enumerate(stream.stability._unsent_at) if sender in listed} == \
         {k for k in range(depth) if expected >> k & 1}
-    assert stream._unsent_count == (1 if expected else 0)
+    assert stream.stability._unsent_count == (1 if expected else 0)
 
 
 def test_the_levels_left_to_send_agree_with_each_senders_mask() -> None:
@@ -467,12 +468,12 @@ def test_the_levels_left_to_send_agree_with_each_senders_mask() -> None:
         net.run_events(net.now + 0.2, latency=0.001)
         for peer in net.nodes.values():
             stream = peer.stream
-            by_level = {(s, level) for level, senders in enumerate(stream._unsent_at) for s in senders}
-            by_mask = {(s, level) for s, floors in stream._floors.items() for level in range(stream._depth)
+            by_level = {(s, level) for level, senders in enumerate(stream.stability._unsent_at) for s in senders}
+            by_mask = {(s, level) for s, floors in stream.stability._floors.items() for level in range(stream.state.depth)
                        if floors.unsent >> level & 1}
             assert by_level == by_mask
-            assert stream._unsent_count == sum(1 for floors in stream._floors.values() if floors.unsent)
-            assert all(f.row is not None or f.others or f.unsent for f in stream._floors.values()), \
+            assert stream.stability._unsent_count == sum(1 for floors in stream.stability._floors.values() if floors.unsent)
+            assert all(f.row is not None or f.others or f.unsent for f in stream.stability._floors.values()), \
                 "no sender's record kept empty"
 
 
