@@ -22,7 +22,7 @@ NATIVE_MODULES = (
     "sgcs/wire.py", "sgcs/security.py", "sgcs/node.py", "sgcs/group.py", "sgcs/membership/synchrony.py",
     "sgcs/membership/detector.py", "sgcs/membership/agreement.py", "sgcs/membership/change.py",
     "sgcs/transport/params.py",
-    "sgcs/transport/records.py", "sgcs/transport/state.py", "sgcs/transport/reliable.py",
+    "sgcs/records.py", "sgcs/transport/state.py", "sgcs/transport/reliable.py",
     "sgcs/transport/repair.py", "sgcs/transport/stability.py", "sgcs/transport/framing.py",
     "sgcs/transport/unicast.py", "sgcs/transport/reassembly.py", "sgcs/ordering/total.py",
 )

@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 from sgcs.config import Config, Order
 from sgcs.node import MAX_PEERS, Node
 from sgcs.transport.params import Params
-from sgcs.transport.records import MORE_FRAGMENTS, Record
+from sgcs.records import MORE_FRAGMENTS, Record
 from sgcs.transport.reliable import SENDER_BUFFER_FACTOR
 from sgcs.wire import Flag, HelloMsg, MsgType, encode_hello, encode_records, group_tag
 

@@ -26,7 +26,7 @@ import random
 import statistics
 import time
 
-from sgcs.transport.records import OutDigest, OutNack, OutNull, OutRecords
+from sgcs.records import OutDigest, OutNack, OutNull, OutRecords
 from sgcs.transport.params import Params
 from sgcs.transport.reliable import ReliableStream
 

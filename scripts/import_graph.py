@@ -62,8 +62,10 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("sgcs.node", "sgcs.group", "sgcs.actions", "sgcs.trace")),
     ("ordering", "sgcs.ordering: total and safe order", ("sgcs.ordering",)),
     ("membership", "sgcs.membership: detector, view agreement, synchrony", ("sgcs.membership",)),
-    ("transport", "sgcs.transport: records, reliable streams, framing", ("sgcs.transport",)),
+    ("transport", "sgcs.transport: reliable streams, repair, stability, framing", ("sgcs.transport",)),
     ("wire", "wire and security: codec, sealing", ("sgcs.wire", "sgcs.security")),
+    ("values", "records and rosters: the values the wire, the transport and membership share",
+     ("sgcs.records", "sgcs.roster")),
     ("common", "config, errors, version, compiled-module choice",
      ("sgcs.config", "sgcs.errors", "sgcs._version", "sgcs._compiled")),
 )

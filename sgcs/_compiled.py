@@ -48,7 +48,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sgcs.membership.agreement",
     "sgcs.membership.change",
     "sgcs.transport.params",
-    "sgcs.transport.records",
+    "sgcs.records",
     "sgcs.transport.state",
     "sgcs.transport.reliable",
     "sgcs.transport.repair",

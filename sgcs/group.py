@@ -40,11 +40,11 @@ from .config import Order
 from .errors import UsageError
 from .membership.agreement import CtlSend, View, ViewAgreement
 from .membership.change import ViewChanges
-from .membership.roster import roster_of
+from .roster import roster_of
 from .membership.synchrony import ViewChange
 from .ordering.total import PROMISE_AHEAD, OrderedMessage, OrderingLayer
 from .transport.framing import pack
-from .transport.records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
+from .records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
 from .transport.params import Params
 from .transport.reliable import ReliableStream, StreamStatistics
 from .transport.stability import ACK_MATRIX_MAX

@@ -58,13 +58,13 @@ from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
 from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack, Transitional, Undelivered
 from .membership.agreement import View
-from .membership.roster import roster_of
+from .roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdSend, Verdict
 from .membership.messages import Ask, AskReply, Beacon, Obituary, Probe, ViewMessage, decode_untrusted, \
     decode_view_message, encode
 from .security import ReplayWindow, Sealer
 from .transport.params import Params
-from .transport.records import Message, Record
+from .records import Message, Record
 from .wire import (
     MAX_GROUP_NAME,
     Flag,

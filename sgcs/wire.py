@@ -39,7 +39,7 @@ import numpy as np
 from .config import MAX_UDP_PAYLOAD, Order
 from .errors import DecodeError
 
-from .transport.records import Record
+from .records import Record
 
 MAGIC = b"SG"
 VERSION = 4

@@ -16,7 +16,7 @@ from sgcs.membership.agreement import ViewAgreement
 from sgcs.node import MAX_GROUPS, Node
 from sgcs.ordering.total import PROMISES_MAX, OrderedMessage, OrderingLayer
 from sgcs.transport.reassembly import Reassembly
-from sgcs.transport.records import MORE_FRAGMENTS, Record
+from sgcs.records import MORE_FRAGMENTS, Record
 from sgcs.transport.params import Params
 from sgcs.transport.reliable import SENDER_BUFFER_FACTOR, ReliableStream
 from sgcs.transport.unicast import UnicastStreams

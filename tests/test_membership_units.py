@@ -1163,7 +1163,7 @@ def test_a_beacon_of_our_own_view_is_confirmed_by_identity() -> None:
     from sgcs.config import Config, Order
     from sgcs.group import GroupStack
     from sgcs.membership.messages import Beacon
-    from sgcs.membership.roster import roster_of
+    from sgcs.roster import roster_of
     from sgcs.node import _interned_beacon
     from sgcs.wire import ORDER_CODES
 

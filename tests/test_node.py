@@ -16,7 +16,7 @@ from sgcs.actions import Deliver, GroupError, Multicast, NotDelivered, Rollback,
 from sgcs.config import Config, Order
 from sgcs.errors import UsageError, WouldBlock
 from sgcs.node import Node
-from sgcs.transport.records import Record
+from sgcs.records import Record
 from sgcs.wire import Flag, MsgType, derive_key, encode_records, group_tag, seal
 
 from _memnet import MemoryNetwork

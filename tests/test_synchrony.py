@@ -9,7 +9,7 @@ import pytest
 
 from sgcs.membership.agreement import Commit, View, lineage
 from sgcs.membership.synchrony import TRANSITIONS, Phase, Step, ViewChange
-from sgcs.transport.records import Message
+from sgcs.records import Message
 
 OLD = View.of(3, (1, 2, 3))
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from sgcs.membership.roster import roster_of
-from sgcs.transport.records import FULL, RESYNC, Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
+from sgcs.roster import roster_of
+from sgcs.records import FULL, RESYNC, Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
 from sgcs.transport.params import Params
 from sgcs.transport.reliable import ReliableStream
 from sgcs.transport.stability import Floors

@@ -22,7 +22,7 @@ import trio
 
 import sgcs
 from _net import free_udp_ports
-from sgcs.transport.records import Record
+from sgcs.records import Record
 from sgcs.wire import Flag, MsgType, derive_key, encode_records, group_tag, seal
 
 SECRET = b"trio-driver-test-secret"

@@ -7,7 +7,7 @@ waited for ever for 1, until the survivor's window filled)."""
 from __future__ import annotations
 
 from sgcs.transport.params import Params
-from sgcs.transport.records import Record
+from sgcs.records import Record
 from sgcs.transport.unicast import UnicastStreams
 
 ME, PEER = 1, 2

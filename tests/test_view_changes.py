@@ -14,7 +14,7 @@ from sgcs.membership.change import DataPlane, ViewChanges
 from sgcs.membership.messages import Beacon, Flush
 from sgcs.membership.stages import Stage
 from sgcs.transport.params import Params
-from sgcs.transport.records import Message
+from sgcs.records import Message
 from sgcs.wire import MsgType
 
 PARAMS = Params(view_timeout=0.5)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sgcs.config import Order
 from sgcs.errors import DecodeError
-from sgcs.transport.records import Record
+from sgcs.records import Record
 from sgcs.wire import (
     OVERHEAD,
     VERSION,

@@ -78,7 +78,7 @@ from typing import Iterable
 from ..transport.params import Params
 from ..wire import MsgType
 from .messages import Beacon, CommitMsg, Flush, InstalledMsg, Propose, encode
-from .roster import roster_of
+from ..roster import roster_of
 from .stages import COORDINATING, STAGES, Coordinating, Event, Role, Stage
 
 Entries = tuple[tuple[int, int], ...]

@@ -48,7 +48,7 @@ from __future__ import annotations
 from typing import Iterable, Protocol
 
 from ..transport.params import Params
-from ..transport.records import Message
+from ..records import Message
 from .agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
 from .messages import MAX_EPOCH, Beacon, CommitMsg, Flush, InstalledMsg, Propose, ViewMessage, decode_view_message
 from .stages import Stage

@@ -102,7 +102,7 @@ from ..transport.params import Params
 from ..wire import MAX_HEARTBEAT_ENTRIES, MAX_ROSTER_HEARTBEAT_ENTRIES, MsgType, encode_heartbeat, \
     encode_roster_heartbeat
 from .messages import Ask, AskReply, Probe, ProbeAck, encode
-from .roster import roster_of
+from ..roster import roster_of
 
 NEVER_MS = 2**62
 """Age reported for a member never heard from."""

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from ..transport.records import Message
+from ..records import Message
 from .agreement import Commit, View
 from .stages import Stage
 

@@ -59,7 +59,7 @@ from typing import Any, Callable, NamedTuple
 from sortedcontainers import SortedList
 
 from ..config import Order
-from ..membership.roster import Roster, roster_of
+from ..roster import Roster, roster_of
 
 Ack = tuple[int, int]
 PROMISES_MAX = 4_096

@@ -17,7 +17,7 @@ The sizes here follow ``sgcs.wire``'s layouts.
 from __future__ import annotations
 
 from ..wire import OVERHEAD, encoded_record_size
-from .records import Record
+from ..records import Record
 
 RECORDS_HEADER = 10
 """group tag (8) and record count (2)."""

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A message longer than one record's payload is cut into records, each flagged
-``MORE_FRAGMENTS`` except the last (``records.py``). Both streams (multicast
+``MORE_FRAGMENTS`` except the last (``sgcs.records``). Both streams (multicast
 in ``reliable.py``, unicast in ``unicast.py``) hand records over in sequence
 order, so each sender has at most one message under reassembly per stream,
 and only senders of a fragmented message need this state at all.
@@ -27,7 +27,7 @@ Sans-I/O: time arrives as ``now``.
 
 from __future__ import annotations
 
-from .records import MORE_FRAGMENTS, Record
+from ..records import MORE_FRAGMENTS, Record
 
 
 class Reassembly:

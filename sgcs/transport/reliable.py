@@ -53,10 +53,10 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..membership.roster import roster_of
+from ..roster import roster_of
 from .params import Params
 from .reassembly import Reassembly
-from .records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, Message, Out, OutNack, OutNull, OutRecords,
+from ..records import (EPOCH_SHIFT, MORE_FRAGMENTS, OPTIMISTIC, Ack, Aggregate, Message, Out, OutNack, OutNull, OutRecords,
                       OutStable, Range, Record)
 from .repair import Repair, stored_in
 from .stability import Stability

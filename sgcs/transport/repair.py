@@ -27,7 +27,7 @@ import random
 
 from .state import Inbound
 from .params import Params
-from .records import Out, OutNack, OutRecords, Range, Record
+from ..records import Out, OutNack, OutRecords, Range, Record
 
 
 class Repair:

@@ -63,7 +63,7 @@ from __future__ import annotations
 import math
 
 from .params import Params
-from .records import FULL, RESYNC, SEQ_MODULUS, Ack, Aggregate, Out, OutDigest, OutStable
+from ..records import FULL, RESYNC, SEQ_MODULUS, Ack, Aggregate, Out, OutDigest, OutStable
 from .repair import Repair
 from .state import StreamState
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..membership.roster import Roster
+from ..roster import Roster
 from .reassembly import Reassembly
-from .records import Range, Record
+from ..records import Range, Record
 
 MISSING_SCAN = 65_536
 """Sequence numbers examined past the contiguous prefix when listing gaps, so a

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from .params import Params
 from .reassembly import Reassembly
-from .records import MORE_FRAGMENTS, Message, Record
+from ..records import MORE_FRAGMENTS, Message, Record
 
 
 @dataclass(slots=True)

@@ -30,7 +30,7 @@ from sgcs.actions import Multicast, Send
 from sgcs.config import Config, Order
 from sgcs.errors import DecodeError, UsageError, WouldBlock
 from sgcs.node import Node
-from sgcs.transport.records import Record
+from sgcs.records import Record
 from sgcs.membership.messages import (MESSAGES, CommitMsg, ControlMessage, Flush, InstalledMsg, Propose,
                                       decode_untrusted, encode)
 from sgcs.wire import Control, Flag, HelloMsg, LeaveMsg, MsgType
