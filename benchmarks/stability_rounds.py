@@ -26,6 +26,7 @@ import random
 import statistics
 import time
 
+from sgcs.msgtype import MsgType
 from sgcs.records import OutDigest, OutNack, OutNull, OutRecords
 from sgcs.transport.params import Params
 from sgcs.transport.reliable import ReliableStream
@@ -97,7 +98,7 @@ class Harness:
         else:
             kind, src, body = event  # type: ignore[misc]
             if kind == "records":
-                stream.on_records(src, body, "data", now)
+                stream.on_records(src, body, MsgType.DATA, now)
             elif kind == "digest":
                 self._route(member, stream.on_digest(src, body.entries, now, body.aggregate))
             elif kind == "nack":

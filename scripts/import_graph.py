@@ -64,8 +64,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("membership", "sgcs.membership: detector, view agreement, synchrony", ("sgcs.membership",)),
     ("transport", "sgcs.transport: reliable streams, repair, stability, framing", ("sgcs.transport",)),
     ("wire", "wire and security: codec, sealing", ("sgcs.wire", "sgcs.security")),
-    ("values", "records and rosters: the values the wire, the transport and membership share",
-     ("sgcs.records", "sgcs.roster")),
+    ("values", "records, rosters, datagram types: the values the wire, the transport and membership share",
+     ("sgcs.records", "sgcs.roster", "sgcs.msgtype")),
     ("common", "config, errors, version, compiled-module choice",
      ("sgcs.config", "sgcs.errors", "sgcs._version", "sgcs._compiled")),
 )

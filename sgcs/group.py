@@ -133,7 +133,6 @@ class Transitional:
 
 
 GroupEvent = Delivered | OptimisticBegan | Installed | RolledBack | Undelivered | Transitional
-_KIND_TYPES = {"data": MsgType.DATA, "retransmit": MsgType.RETRANSMIT, "gossip": MsgType.GOSSIP}
 
 
 
@@ -395,7 +394,7 @@ class GroupStack:
             ordered = self._deliverable()
             self._watch_blocker(now)  # our message may wait on a promise that was lost
             self._release(ordered)
-        return [OutRecords(None, tuple(records), "data")] if records else []
+        return [OutRecords(None, tuple(records), MsgType.DATA)] if records else []
 
     # ------------------------------------------------------------------ receiving
 
@@ -423,7 +422,7 @@ class GroupStack:
         self.stream.lamport = self.clock()
         self._order_due = True
 
-    def on_records(self, sender: int, records: tuple[Record, ...], kind: str, now: float) -> None:
+    def on_records(self, sender: int, records: tuple[Record, ...], kind: MsgType, now: float) -> None:
         """A datagram's multicast records of ``sender``: what may be delivered now goes to ``events``."""
         self.accept(self.stream.on_records(sender, records, kind, now), now)
 
@@ -610,8 +609,7 @@ class GroupStack:
         return [(MsgType.NULL, None, Flag.NONE, encode_null(self.tag, tuple(sorted(entries.items())), clock))]
 
     def _records(self, out: OutRecords) -> list[Frame]:
-        msg_type = _KIND_TYPES[out.kind]
-        return [(msg_type, out.dst, Flag.NONE, encode_records(self.tag, batch))
+        return [(out.kind, out.dst, Flag.NONE, encode_records(self.tag, batch))
                 for batch in pack(out.records, self.params.bundle_size)]
 
     def _nack(self, out: OutNack) -> list[Frame]:

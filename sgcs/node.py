@@ -478,8 +478,7 @@ class Node:
         if state is None:
             return []
         out: list[Action] = []
-        kind = _RECORD_KINDS[header.msg_type]
-        state.on_records(header.sender, records, kind, now)
+        state.on_records(header.sender, records, header.msg_type, now)
         if state.changes.completing():
             self._route(out, state, state.changes.progress(now))
         if state.events:
@@ -956,7 +955,6 @@ def _check_group_name(name: str) -> None:
 _UNICAST_BIT: tuple[bool, ...] = tuple(bool(Flag(bits) & Flag.UNICAST) for bits in range(256))
 """``flags & Flag.UNICAST`` by table: IntFlag arithmetic costs a microsecond per datagram."""
 
-_RECORD_KINDS = {MsgType.DATA: "data", MsgType.RETRANSMIT: "retransmit", MsgType.GOSSIP: "gossip"}
 
 _HANDLERS: dict[MsgType, _Handler] = {
     **dict.fromkeys((MsgType.DATA, MsgType.RETRANSMIT, MsgType.GOSSIP), Node._on_records),

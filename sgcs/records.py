@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .msgtype import MsgType
+
 Ack = tuple[int, int]
 """(sender, highest contiguous sequence number received from that sender)."""
 Range = tuple[int, int]
@@ -72,13 +74,14 @@ class Message(NamedTuple):
 class OutRecords:
     """Records to send: ``dst`` None multicasts them to the group.
 
-    ``kind`` is ``"data"`` (first transmission), ``"retransmit"`` (answer to a
-    NACK) or ``"gossip"`` (pushed or pulled after a digest).
+    ``kind`` is ``MsgType.DATA`` (first transmission), ``MsgType.RETRANSMIT``
+    (answer to a NACK) or ``MsgType.GOSSIP`` (pushed or pulled after a digest):
+    the datagram type they go out as.
     """
 
     dst: int | None
     records: tuple[Record, ...]
-    kind: str
+    kind: MsgType
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ import numpy as np
 from .config import MAX_UDP_PAYLOAD, Order
 from .errors import DecodeError
 
+from .msgtype import MsgType
 from .records import Record
 
 MAGIC = b"SG"
@@ -51,39 +52,6 @@ TAG_LEN = 16
 OVERHEAD = HEADER.size + TAG_LEN
 MAX_GROUP_NAME = 200
 """Bytes of UTF-8 in a group name."""
-
-
-class MsgType(enum.IntEnum):
-    """Message types. Append only: a value, once released, keeps its meaning."""
-
-    DATA = 1
-    HELLO = 2
-    LEAVE = 3
-    RETRANSMIT = 4
-    GOSSIP = 5
-    NACK = 6
-    DIGEST = 7
-    NULL = 8
-    STABLE = 9
-    UNICAST_ACK = 10
-    HEARTBEAT = 11
-    PROBE = 12
-    PROBE_ACK = 13
-    ASK = 14
-    ASK_REPLY = 15
-    BEACON = 16
-    PROPOSE = 17
-    FLUSH = 18
-    COMMIT = 19
-    INSTALLED = 20
-    HEARTBEAT_ROSTER = 21
-    OBITUARY = 22
-
-    @property
-    def label(self) -> str:
-        """Lower-case name, as in the trace's ``net.msg_type`` column (both
-        heartbeat forms count as ``heartbeat``)."""
-        return "heartbeat" if self is MsgType.HEARTBEAT_ROSTER else self.name.lower()
 
 
 class Flag(enum.IntFlag):

@@ -39,7 +39,7 @@ def rec(seq: int, more: bool = False, payload: bytes = b"x" * 10, sender: int = 
 
 
 def feed(s: ReliableStream, records: list[Record], now: float = 0.0) -> list:
-    return s.on_records(PEER, tuple(records), "data", now)
+    return s.on_records(PEER, tuple(records), MsgType.DATA, now)
 
 
 # ---------------------------------------------------------------------- reliable multicast stream

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from sgcs.msgtype import MsgType
 from sgcs.roster import roster_of
 from sgcs.records import FULL, RESYNC, Aggregate, OutDigest, OutNack, OutNull, OutRecords, OutStable
 from sgcs.transport.params import Params
@@ -174,7 +175,7 @@ def test_large_message_is_fragmented_and_reassembled() -> None:
     payload = bytes(range(256)) * 3
     seq, (out,) = a.send(payload, 0.0)
     assert len(out.records) == len(payload) // PARAMS.fragment_size
-    delivered = b.on_records(1, tuple(reversed(out.records)), "data", 0.1)
+    delivered = b.on_records(1, tuple(reversed(out.records)), MsgType.DATA, 0.1)
     assert [(m.seq, m.payload) for m in delivered] == [(seq, payload)]
 
 
@@ -297,7 +298,7 @@ def test_newcomers_before_the_sender_let_its_old_views_messages_become_stable() 
         _, outputs = streams[1].send(b"m%d" % clock, 0.0, clock=clock)
         records += [r for o in outputs if isinstance(o, OutRecords) for r in o.records]
     for old in (2, 3):
-        streams[old].on_records(1, tuple(records), "data", 0.0)
+        streams[old].on_records(1, tuple(records), MsgType.DATA, 0.0)
     for i, stream in streams.items():  # the new view starts the streams new to each member at the cut
         new = (4, 5, 6) if i <= 3 else members
         stream.set_members(members, starts={m: 2 if m == 1 else 0 for m in new if m != i})
@@ -327,7 +328,7 @@ def test_a_member_that_knew_a_stream_stable_in_the_view_before_passes_its_floors
         _, outputs = streams[5].send(b"m%d" % clock, 0.0, clock=clock)
         records += [r for o in outputs if isinstance(o, OutRecords) for r in o.records]
     old = StreamNetwork({i: Peer(streams[i]) for i in (5, 6)})
-    streams[6].on_records(5, tuple(records), "data", 0.0)
+    streams[6].on_records(5, tuple(records), MsgType.DATA, 0.0)
     old.run_events(2.0, latency=0.001)
     assert streams[6].state.stable.get(5) == 2 and not streams[6].state.store.get(5), "stable at 6 in the view before"
     assert streams[5].window() == 2, "capped at 5"
@@ -336,7 +337,7 @@ def test_a_member_that_knew_a_stream_stable_in_the_view_before_passes_its_floors
         stream.set_members(members, starts={m: 0 for m in members if m != i and (i < 5 or m < 5)})
         stream.promise_gossip, stream.promise_nulls, stream.lamport = True, False, 2
         if i < 5:
-            stream.on_records(5, tuple(records), "data", 2.0)
+            stream.on_records(5, tuple(records), MsgType.DATA, 2.0)
     net = StreamNetwork({i: Peer(stream) for i, stream in streams.items()}, now=2.0)
     net.run_events(7.0, latency=0.001)
     assert streams[5].window() == 0, "every member holds 5's messages, 6 included"
@@ -488,18 +489,18 @@ def test_during_a_view_change_nothing_past_the_snapshot_is_acknowledged() -> Non
     a, c = ReliableStream(1, members, PARAMS, random.Random(1), 0.0), ReliableStream(3, members, PARAMS,
                                                                                       random.Random(3), 0.0)
     _, (first,) = c.send(b"one", 0.0)
-    a.on_records(3, first.records, "data", 0.0)
+    a.on_records(3, first.records, MsgType.DATA, 0.0)
     a.stability_cap = {3: 1}  # the snapshot a.'s answer froze
     _, (second,) = c.send(b"two", 0.1)
-    a.on_records(3, second.records, "data", 0.1)
+    a.on_records(3, second.records, MsgType.DATA, 0.1)
     _, (mine,) = a.send(b"a's", 0.2)
     assert mine.records[0].acks == ((3, 1),), "the piggybacked ACK stops at the snapshot"
     nulls = [o for o in a.on_timeout(10.0) if isinstance(o, OutNull)]
     assert all(high <= 1 for null in nulls for _, high in null.acks)
     a.stability_cap = None  # the next view
     b = ReliableStream(1, members, PARAMS, random.Random(1), 0.0)
-    b.on_records(3, first.records, "data", 0.0)
-    b.on_records(3, second.records, "data", 0.1)
+    b.on_records(3, first.records, MsgType.DATA, 0.0)
+    b.on_records(3, second.records, MsgType.DATA, 0.1)
     _, (theirs,) = b.send(b"b's", 0.2)
     assert theirs.records[0].acks == ((3, 2),), "without a change, every record received is acknowledged"
     # and a's first message after the change carries the full ACK it held back

@@ -53,6 +53,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..msgtype import MsgType
 from ..roster import roster_of
 from .params import Params
 from .reassembly import Reassembly
@@ -273,7 +274,7 @@ class ReliableStream:
             self.state.own_clocks.append((self.state.next_seq - 1, clock))
         self.state.gc_due = self.state.gc_due or not self.state.depth  # alone: stable at once
         self._counts["sent"] += len(records)
-        return first, [OutRecords(None, tuple(records), "data")]
+        return first, [OutRecords(None, tuple(records), MsgType.DATA)]
 
     def _take_acks(self, limit: int) -> tuple[Ack, ...]:
         """Up to ``limit`` pending ACK entries, lowest senders first; the rest
@@ -313,7 +314,7 @@ class ReliableStream:
 
     # ------------------------------------------------------------------ receiving
 
-    def on_records(self, src: int, records: tuple[Record, ...], kind: str, now: float) -> list[Message]:
+    def on_records(self, src: int, records: tuple[Record, ...], kind: MsgType, now: float) -> list[Message]:
         """Accept records from ``src``; return messages now deliverable in FIFO order.
         The bookkeeping per sender (ACKs to piggyback, NACK timer, stability)
         runs once per datagram, not once per record: a bundle holds dozens."""
@@ -337,7 +338,7 @@ class ReliableStream:
             self._settle(sender, inbound, now, promise)
         return delivered
 
-    def _accept(self, record: Record, kind: str, delivered: list[Message], now: float) -> Inbound | None:
+    def _accept(self, record: Record, kind: MsgType, delivered: list[Message], now: float) -> Inbound | None:
         """Take one record; returns its stream's state if it was new."""
         sender, seq = record.sender, record.seq
         inbound = self._inbound_of(sender)
@@ -356,8 +357,8 @@ class ReliableStream:
             self._counts["sender_buffer_full"] += 1  # as if lost: NACKs fetch it once stability frees room
             return None
         self._counts["received"] += 1
-        if kind != "data":
-            self._counts["by_gossip" if kind == "gossip" else "by_nack"] += 1
+        if kind is not MsgType.DATA:
+            self._counts["by_gossip" if kind is MsgType.GOSSIP else "by_nack"] += 1
         if seq > inbound.known_high:
             inbound.known_high = seq
         if record.acks:
@@ -520,7 +521,7 @@ class ReliableStream:
                 out.append(OutNull(src, ((src, mine),)))  # ordered groups: a fresh promise for src
         if pushed:
             self._counts["pushes"] += len(pushed)
-            out.append(OutRecords(src, tuple(pushed), "gossip"))
+            out.append(OutRecords(src, tuple(pushed), MsgType.GOSSIP))
         return out
 
     # ------------------------------------------------------------------ timers

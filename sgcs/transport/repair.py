@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 
+from ..msgtype import MsgType
 from .state import Inbound
 from .params import Params
 from ..records import Out, OutNack, OutRecords, Range, Record
@@ -118,7 +119,7 @@ class Repair:
         records = stored_in(store, sender, ranges, budget) or stored_in(self.left_behind, sender, ranges, budget)
         if not records:
             return []
-        kind = "gossip" if pull else "retransmit"
+        kind = MsgType.GOSSIP if pull else MsgType.RETRANSMIT
         self.counts["pushes" if pull else "retransmissions"] += len(records)
         return [OutRecords(src, tuple(records), kind)]
 
