@@ -146,38 +146,79 @@ class ViewInstalled:
 
 
 @dataclass(frozen=True, slots=True)
-class OptimisticView:
-    """A view change began: ``members`` is the estimate of the next view.
-    Messages sent from now until the next ``ViewInstalled`` are optimistic:
-    delivered in the new view if it contains these members, else rolled back."""
+class View:
+    """One membership of a group, as this node has installed it."""
 
-    group: str
     view_id: str
+    """Names the membership; nodes that hold the same membership name it alike."""
     members: tuple[int, ...]
+    """Member ids, sorted."""
+
+    def __contains__(self, member: object) -> bool:
+        return member in self.members
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class OptimisticView:
+    """A view change of the group began; ``members`` estimates the next view.
+
+    Messages this node sends from now until the next ``ViewChange`` are
+    optimistic: they are delivered in the new view if it holds these members,
+    otherwise they come back in a ``Rollback``. An application that must not
+    risk that can hold its sends until the ``ViewChange``; most just keep
+    sending and handle ``Rollback``."""
+
+    view_id: str
+    """The proposed view's name; the installed one may differ."""
+    members: tuple[int, ...]
+    """Estimated member ids, sorted."""
+    group: str
+
+    @property
+    def view(self) -> View:
+        return View(self.view_id, self.members)
 
 
 @dataclass(frozen=True, slots=True)
 class Rollback:
-    """Optimistic messages ``(sender, seq)`` that will be delivered nowhere."""
+    """Optimistic messages that were delivered to no member, anywhere.
 
-    group: str
+    Each entry is ``(sender, seq)``, the name of a message sent during a view
+    change whose estimate turned out wrong. No member delivered them and none
+    will: if this node is the sender and the message still matters, send it
+    again (it goes out in the new view)."""
+
     messages: tuple[tuple[int, int], ...]
+    group: str
 
 
 @dataclass(frozen=True, slots=True)
 class MemberSuspected:
-    """The failure detector suspects ``member`` (it is being probed)."""
+    """The failure detector suspects ``member`` and is probing it.
 
-    group: str
+    Advisory only: the member stays in the view until a ``ViewChange``
+    excludes it (listed in ``failed``), or it proves alive (``MemberBusy``, or
+    simply nothing more). An application may stop waiting on replies from it,
+    but must not treat it as gone before the ``ViewChange``."""
+
     member: int
+    group: str
 
 
 @dataclass(frozen=True, slots=True)
 class MemberBusy:
-    """A suspect turned out alive but slow: a neighbour heard from it recently."""
+    """A suspected ``member`` is alive but slow: another member heard from it
+    recently, so it is not excluded now.
 
-    group: str
+    Advisory: expect it to lag (replies, stability, flow control of the
+    group may wait on it). Nothing needs doing; an application may route work
+    away from it."""
+
     member: int
+    group: str
 
 
 @dataclass(frozen=True, slots=True)

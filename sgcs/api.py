@@ -80,8 +80,9 @@ def _load_numpy_without_blas_threads() -> None:
 
 _load_numpy_without_blas_threads()
 
-from . import actions  # noqa: E402
-from .actions import Delivery, GroupError, MessageId, NotDelivered, TransitionalView, ViewInstalled
+
+from .actions import (Delivery, GroupError, MemberBusy, MemberSuspected, MessageId, NotDelivered, OptimisticView, Rollback,  # noqa: E402
+                      TransitionalView, View, ViewInstalled)
 from .config import Config, Order
 from .errors import UsageError
 from .io.ended import GroupClosed
@@ -92,22 +93,6 @@ from .state_transfer import GroupState, StateTransfer, framed
 
 if TYPE_CHECKING:  # loaded on first use under asyncio: a trio program never imports asyncio
     from .io.asyncio_host import EventBridge, GuestRun
-
-
-@dataclass(frozen=True, slots=True)
-class View:
-    """One membership of a group, as this node has installed it."""
-
-    view_id: str
-    """Names the membership; nodes that hold the same membership name it alike."""
-    members: tuple[int, ...]
-    """Member ids, sorted."""
-
-    def __contains__(self, member: object) -> bool:
-        return member in self.members
-
-    def __len__(self) -> int:
-        return len(self.members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,66 +131,6 @@ class ViewChange:
 
 
 @dataclass(frozen=True, slots=True)
-class OptimisticView:
-    """A view change of the group began; ``members`` estimates the next view.
-
-    Messages this node sends from now until the next ``ViewChange`` are
-    optimistic: they are delivered in the new view if it holds these members,
-    otherwise they come back in a ``Rollback``. An application that must not
-    risk that can hold its sends until the ``ViewChange``; most just keep
-    sending and handle ``Rollback``."""
-
-    view_id: str
-    """The proposed view's name; the installed one may differ."""
-    members: tuple[int, ...]
-    """Estimated member ids, sorted."""
-    group: str
-
-    @property
-    def view(self) -> View:
-        return View(self.view_id, self.members)
-
-
-@dataclass(frozen=True, slots=True)
-class Rollback:
-    """Optimistic messages that were delivered to no member, anywhere.
-
-    Each entry is ``(sender, seq)``, the name of a message sent during a view
-    change whose estimate turned out wrong. No member delivered them and none
-    will: if this node is the sender and the message still matters, send it
-    again (it goes out in the new view)."""
-
-    messages: tuple[tuple[int, int], ...]
-    group: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemberSuspected:
-    """The failure detector suspects ``member`` and is probing it.
-
-    Advisory only: the member stays in the view until a ``ViewChange``
-    excludes it (listed in ``failed``), or it proves alive (``MemberBusy``, or
-    simply nothing more). An application may stop waiting on replies from it,
-    but must not treat it as gone before the ``ViewChange``."""
-
-    member: int
-    group: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemberBusy:
-    """A suspected ``member`` is alive but slow: another member heard from it
-    recently, so it is not excluded now.
-
-    Advisory: expect it to lag (replies, stability, flow control of the
-    group may wait on it). Nothing needs doing; an application may route work
-    away from it."""
-
-    member: int
-    group: str
-
-
-@dataclass(frozen=True, slots=True)
 class GroupStatistics:
     """One group's state at this node (``NodeHandle.group_statistics``)."""
 
@@ -240,16 +165,8 @@ def _event_of(action: AppEvent) -> Event:
             action.view_id, action.members, action.group, tuple(action.joined), tuple(action.left),
             tuple(action.failed), dict(action.names)
         )
-    if isinstance(action, actions.OptimisticView):
-        return OptimisticView(action.view_id, action.members, action.group)
-    if isinstance(action, actions.Rollback):
-        return Rollback(tuple((sender, seq) for sender, seq in action.messages), action.group)
-    if type(action) is NotDelivered or type(action) is TransitionalView:
+    if isinstance(action, (OptimisticView, Rollback, NotDelivered, TransitionalView, MemberSuspected, MemberBusy)):
         return action  # the node's output is the public event, as for deliveries
-    if isinstance(action, actions.MemberSuspected):
-        return MemberSuspected(action.member, action.group)
-    if isinstance(action, actions.MemberBusy):
-        return MemberBusy(action.member, action.group)
     if isinstance(action, GroupError):
         raise UsageError(action.message)  # the group refused us (e.g. another order)
     raise TypeError(f"no public event for {type(action).__name__}")  # a bug: the driver routes only AppEvent

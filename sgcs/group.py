@@ -38,10 +38,10 @@ from typing import Any, Callable, Iterable
 
 from .config import Order
 from .errors import UsageError
-from .membership.agreement import CtlSend, View, ViewAgreement
+from .membership.agreement import CtlSend, AgreedView, ViewAgreement
 from .membership.change import ViewChanges
 from .roster import roster_of
-from .membership.synchrony import ViewChange
+from .membership.synchrony import Synchrony
 from .ordering.total import PROMISE_AHEAD, OrderedMessage, OrderingLayer
 from .transport.framing import pack
 from .records import Aggregate, Message, Out, OutDigest, OutNack, OutNull, OutRecords, OutStable, Record
@@ -85,13 +85,13 @@ class Delivered:
 class OptimisticBegan:
     """A change began: sends go out under this proposed view."""
 
-    view: View
+    view: AgreedView
 
 
 @dataclass(frozen=True, slots=True)
 class Installed:
-    old: View
-    new: View
+    old: AgreedView
+    new: AgreedView
     leavers: frozenset[int]
     """Members that left gracefully (the rest of old - new failed)."""
     rejoined: frozenset[int] = frozenset()
@@ -128,7 +128,7 @@ class Transitional:
     ``view`` among ``members`` only (extended virtual synchrony's
     transitional configuration)."""
 
-    view: View
+    view: AgreedView
     members: tuple[int, ...]
 
 
@@ -191,7 +191,7 @@ class GroupStack:
         self.last_send = -math.inf
 
     @property
-    def view(self) -> View:
+    def view(self) -> AgreedView:
         return self.changes.agreement.view
 
     @property
@@ -199,7 +199,7 @@ class GroupStack:
         return self.changes.agreement
 
     @property
-    def sync(self) -> ViewChange:
+    def sync(self) -> Synchrony:
         return self.changes.sync
 
     def clock(self) -> int:
@@ -283,7 +283,7 @@ class GroupStack:
     def cap_stability(self, limits: dict[int, int] | None) -> None:
         self.stream.stability_cap = limits
 
-    def began(self, optimistic: View) -> None:
+    def began(self, optimistic: AgreedView) -> None:
         self.events.append(OptimisticBegan(optimistic))
 
     def fetch_cut(self, limits: dict[int, int], holders: tuple[int, ...], foreign: frozenset[int],
@@ -320,7 +320,7 @@ class GroupStack:
         delivered, discarded = self.ordering.drain()
         return [_message(m) for m in delivered], len(discarded)
 
-    def transitional(self, view: View, members: tuple[int, ...]) -> None:
+    def transitional(self, view: AgreedView, members: tuple[int, ...]) -> None:
         self.events.append(Transitional(view, members))
 
     def restart_streams(self, members: tuple[int, ...], starts: dict[int, int]) -> None:
@@ -342,7 +342,7 @@ class GroupStack:
         self.ordering = self._new_ordering(starts)
         self._choose_promises()
 
-    def installed(self, old: View, new: View, leavers: frozenset[int], rejoined: frozenset[int]) -> None:
+    def installed(self, old: AgreedView, new: AgreedView, leavers: frozenset[int], rejoined: frozenset[int]) -> None:
         self.events.append(Installed(old, new, leavers, rejoined))
 
     def report(self, rolled_back: list[Message]) -> None:
@@ -350,7 +350,7 @@ class GroupStack:
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, payload: bytes, now: float) -> tuple[int, list[Out], View | None]:
+    def send(self, payload: bytes, now: float) -> tuple[int, list[Out], AgreedView | None]:
         """Number and buffer one multicast; returns its seq, the transport's
         outputs and the optimistic view it is sent under (None: our view)."""
         optimistic = self.changes.optimistic_view()

@@ -57,7 +57,7 @@ from .actions import (
 from .config import Config, Order
 from .errors import DecodeError, UsageError, WouldBlock
 from .group import Delivered, GroupStack, Installed, OptimisticBegan, RolledBack, Transitional, Undelivered
-from .membership.agreement import View
+from .membership.agreement import AgreedView
 from .roster import roster_of
 from .membership.detector import FailureDetector, FdEvent, FdSend, Verdict
 from .membership.messages import Ask, AskReply, Beacon, Obituary, Probe, ViewMessage, decode_untrusted, \
@@ -238,7 +238,7 @@ class Node:
         state.stream.follow_rounds(self.detector.next_round, now)
         out: list[Action] = []
         self._trace(out, "join", group=group)
-        self._install(out, state, View(-1, ()), state.view)
+        self._install(out, state, AgreedView(-1, ()), state.view)
         self._watch(now)
         jitter = self.params.beacon_interval * (0.5 + self.rng.random())
         state.changes.next_beacon = now if members is None else now + jitter  # a newcomer looks for the group at once
@@ -732,13 +732,13 @@ class Node:
         for state in list(self._groups.values()):
             if kind is Verdict.SUSPECT:
                 if state.changes.suspect(member):
-                    out.append(MemberSuspected(state.name, member))
+                    out.append(MemberSuspected(member, state.name))
             elif kind is Verdict.FAILED:
                 if member in state.view:
                     self._route(out, state, state.changes.member_failed(member, now))
                     self._drain(out, state, now)
             elif state.changes.member_alive(member) and busy:
-                out.append(MemberBusy(state.name, member))
+                out.append(MemberBusy(member, state.name))
         if kind is Verdict.SUSPECT and self.params.host_check:
             self._check_host(out, member)
         if kind is Verdict.FAILED and not event.told and self.params.ring_heartbeats:
@@ -808,7 +808,7 @@ class Node:
                     self._deliver(out, state, message, dest, view_id)
             elif type(event) is OptimisticBegan:
                 view = event.view
-                out.append(OptimisticView(state.name, view.view_id, view.members))
+                out.append(OptimisticView(view.view_id, view.members, state.name))
                 self._trace(out, "view", group=state.name, view_id=view.view_id, members=view.members,
                             optimistic=True)
             elif type(event) is Installed:
@@ -816,7 +816,7 @@ class Node:
                 installed = True
             elif type(event) is RolledBack:
                 message = event.message
-                out.append(Rollback(state.name, ((message.sender, message.seq),)))
+                out.append(Rollback(((message.sender, message.seq),), state.name))
                 self._trace(out, "rollback", group=state.name, sender=message.sender, seq=message.seq,
                             order=state.order.value, view_id=state.view.view_id)
             elif type(event) is Undelivered:
@@ -833,7 +833,7 @@ class Node:
         if installed:
             self._watch(now)
 
-    def _install(self, out: list[Action], state: GroupStack, old: View, new: View,
+    def _install(self, out: list[Action], state: GroupStack, old: AgreedView, new: AgreedView,
                  leavers: frozenset[int] = frozenset(), rejoined: frozenset[int] = frozenset()) -> None:
         """``rejoined``: members of both views that did not move from ``old``
         with us; they are reported both failed and joined."""

@@ -128,7 +128,7 @@ class StateTransfer:
             if mine:
                 self._spawn.start_soon(self._send_hello, self._view)
                 rest = tuple(m for m in event.messages if m not in mine)
-                out = Rollback(event.group, rest) if rest else None
+                out = Rollback(rest, event.group) if rest else None
         elif isinstance(event, NotDelivered) and event.to is None and event.message.seq in self._control:
             self._spawn.start_soon(self._send_hello, self._view)
             out = None

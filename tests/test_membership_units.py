@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from sgcs.membership.agreement import Commit, CtlSend, Freeze, View, ViewAgreement
+from sgcs.membership.agreement import Commit, CtlSend, Freeze, AgreedView, ViewAgreement
 from sgcs.membership.detector import FailureDetector, FdEvent, FdSend
 from sgcs.membership.messages import Ask, AskReply, CommitMsg, Flush, InstalledMsg, Propose, decode_untrusted
 from sgcs.transport.params import Params
@@ -480,13 +480,13 @@ def test_three_phases_propose_flush_commit_installed() -> None:
         out = va[m].on_propose(1, msg, snapshots[m], 1.1)
         (freeze,) = only(out, Freeze)
         assert freeze.limits == snapshots[m][1]
-        assert freeze.optimistic == View.of(2, (1, 2))
+        assert freeze.optimistic == AgreedView.of(2, (1, 2))
         (flushes[m],) = ctl(out, MsgType.FLUSH)
         assert flushes[m].dst == 1
         f = body(flushes[m])
         assert (f.epoch, f.attempt, f.own, f.rollback) == (2, 1, snapshots[m][0], 0)
         assert dict(f.vector) == snapshots[m][1]
-        assert va[m].changing and va[m].optimistic_view() == View.of(2, (1, 2))
+        assert va[m].changing and va[m].optimistic_view() == AgreedView.of(2, (1, 2))
     again = va[1].on_propose(1, msg, (99, {1: 99}), 1.15)  # a repeated PROPOSE
     assert not only(again, Freeze) and ctl(again, MsgType.FLUSH) == [flushes[1]], "same frozen snapshot"
 
@@ -502,9 +502,9 @@ def test_three_phases_propose_flush_commit_installed() -> None:
     # install: members apply the commit and answer INSTALLED to the coordinator
     for m in (2, 1):
         (commit,) = va[m].on_commit(1, c)
-        assert commit == Commit(View.of(2, (1, 2)), {1: 5, 2: 7, 3: 9}, {}, 1, 1)
+        assert commit == Commit(AgreedView.of(2, (1, 2)), {1: 5, 2: 7, 3: 9}, {}, 1, 1)
         replies = va[m].installed(commit, 0.0)
-        assert va[m].view == View.of(2, (1, 2)) and not va[m].changing
+        assert va[m].view == AgreedView.of(2, (1, 2)) and not va[m].changing
         if m == 2:
             (installed,) = ctl(replies, MsgType.INSTALLED)
             assert installed.dst == 1 and (body(installed).epoch, body(installed).attempt) == (2, 1)
@@ -703,7 +703,7 @@ def test_a_member_bound_to_a_proposal_answers_no_other_coordinator_until_release
     again = Propose(TAG, 3, 1, 0, by_1.members)
     assert preempts(member.on_propose(1, again, (0, {}), 0.2), 2), "5 asks 2 to give its proposal up"
     (commit,) = member.on_commit(2, CommitMsg(TAG, 2, 1, 2, ((2, 0), (4, 0), (5, 0)), (), ()))
-    assert commit.view == View.of(2, (2, 4, 5)), "2 committed before it heard 5: its view is installed"
+    assert commit.view == AgreedView.of(2, (2, 4, 5)), "2 committed before it heard 5: its view is installed"
     assert member.take_deferred() is None, "1's proposal waits while 5 installs 2's view"
 
 
@@ -749,7 +749,7 @@ def test_commit_of_a_proposal_given_up_for_a_higher_one_is_ignored() -> None:
     assert member.on_commit(2, commit_2) == [], "2's commit is stale for us"
     commit_1 = CommitMsg(TAG, 3, 1, 1, tuple((m, 0) for m in by_1.members), (), ())
     (commit,) = member.on_commit(1, commit_1)
-    assert commit.view == View.of(3, (1, 2, 3, 4, 5))
+    assert commit.view == AgreedView.of(3, (1, 2, 3, 4, 5))
 
 
 def test_a_refused_coordinator_proposes_again_one_epoch_higher() -> None:
@@ -768,7 +768,7 @@ def test_commit_tells_members_that_come_from_an_overlapping_view() -> None:
     elsewhere: 1 must not wait for them). Members of one view share it."""
     from sgcs.membership.agreement import _Coordination, _Proposal, lineage
 
-    mine, theirs = View.of(3, (1, 4, 5, 6)), View.of(4, (2, 3, 4, 5))
+    mine, theirs = AgreedView.of(3, (1, 4, 5, 6)), AgreedView.of(4, (2, 3, 4, 5))
     va = {m: ViewAgreement(m, {m}, VIEW, 0.0, TAG) for m in (1, 4)}
     va[1].view, va[4].view = mine, theirs
     propose = Propose(TAG, 5, 1, 0, tuple(range(1, 7)))
@@ -791,7 +791,7 @@ def test_member_left_out_of_the_commit_installs_a_singleton() -> None:
     msg = body(ctl(va[1].member_failed(3, 0.0), MsgType.PROPOSE)[0])
     commit = CommitMsg(TAG, msg.epoch, msg.attempt, 1, ((1, 0), (2, 0)), ((1, 1), (2, 1)), ())
     (left_out,) = va[3].on_commit(1, commit)
-    assert left_out == Commit(View.of(2, {3}), {}, {}, 1, 1)
+    assert left_out == Commit(AgreedView.of(2, {3}), {}, {}, 1, 1)
     assert va[3].installed(left_out, 0.0) == [], "a singleton answers nobody"
     assert va[3].view.members == (3,) and va[3].coordinator() == 3
     stranger = ViewAgreement(8, {8, 9}, VIEW, 0.0, TAG)
@@ -1079,7 +1079,7 @@ def test_the_cut_of_a_lagging_member_in_ordered_and_fifo_groups(ordered: bool) -
     (seed 7 of the randomized total-order machine: invariant 5)."""
     from sgcs.membership.agreement import _Coordination, _Proposal, lineage
 
-    v1, v2 = View.of(1, (1, 2, 3, 4)), View.of(2, (1, 2, 3, 4))
+    v1, v2 = AgreedView.of(1, (1, 2, 3, 4)), AgreedView.of(2, (1, 2, 3, 4))
     coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG, ordered=ordered)
     coordinator.view, coordinator.previous = v2, v1
     coordinator.coordination = _Coordination(_Proposal(3, 1, 1, (1, 2, 3, 4)))
@@ -1106,7 +1106,7 @@ def test_what_a_member_delivered_of_a_sender_that_never_installed_its_view_is_in
     but a FIFO laggard is not foreign there: it is theirs up to the cut."""
     from sgcs.membership.agreement import _Coordination, _Proposal, lineage
 
-    v1, v2 = View.of(1, (1, 2, 3, 4)), View.of(2, (1, 2, 3, 4))
+    v1, v2 = AgreedView.of(1, (1, 2, 3, 4)), AgreedView.of(2, (1, 2, 3, 4))
     coordinator = ViewAgreement(1, {1}, VIEW, 0.0, TAG, ordered=ordered)
     coordinator.view, coordinator.previous = v2, v1
     coordinator.coordination = _Coordination(_Proposal(3, 1, 1, (1, 2, 3, 4)))
@@ -1190,9 +1190,9 @@ def test_views_made_by_another_incarnation_have_other_names() -> None:
     incarnation keeps the names apart (randomized total-order machine,
     explore.py seed 1098036961: (1, 5) at epoch 1, twice). A first start
     (incarnation 0) and a view given at join keep the plain name."""
-    assert View.of(1, (1, 5)).view_id == View.of(1, (1, 5), 0).view_id
-    assert View.of(1, (1, 5), 7).view_id != View.of(1, (1, 5), 8).view_id != View.of(1, (1, 5)).view_id
-    assert View.of(1, (1, 5), 7).view_id.startswith("v1.2-")
+    assert AgreedView.of(1, (1, 5)).view_id == AgreedView.of(1, (1, 5), 0).view_id
+    assert AgreedView.of(1, (1, 5), 7).view_id != AgreedView.of(1, (1, 5), 8).view_id != AgreedView.of(1, (1, 5)).view_id
+    assert AgreedView.of(1, (1, 5), 7).view_id.startswith("v1.2-")
     first, restarted = ViewAgreement(5, {5}, VIEW, 0.0, TAG), ViewAgreement(5, {5}, VIEW, 0.0, TAG, incarnation=3)
     assert first.view.view_id != restarted.view.view_id, "a fresh singleton is named by its incarnation"
     given = [ViewAgreement(m, {1, 2}, VIEW, 0.0, TAG, incarnation=m + 10) for m in (1, 2)]
@@ -1209,7 +1209,7 @@ def test_views_made_by_another_incarnation_have_other_names() -> None:
     (mine,) = coordinator.on_commit(1, body(commit))
     (theirs,) = member.on_commit(1, body(commit), incarnation=4)
     assert isinstance(mine, Commit) and isinstance(theirs, Commit)
-    assert mine.view == theirs.view == View.of(body(propose).epoch, (1, 2), 4)
+    assert mine.view == theirs.view == AgreedView.of(body(propose).epoch, (1, 2), 4)
 
 
 def test_a_joiner_is_proposed_above_the_highest_epoch_heard_for_it() -> None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from sgcs.membership.agreement import Commit, View, lineage
-from sgcs.membership.synchrony import TRANSITIONS, Phase, Step, ViewChange
+from sgcs.membership.agreement import Commit, AgreedView, lineage
+from sgcs.membership.synchrony import TRANSITIONS, Phase, Step, Synchrony
 from sgcs.records import Message
 
-OLD = View.of(3, (1, 2, 3))
+OLD = AgreedView.of(3, (1, 2, 3))
 
 
 def msg(sender: int, seq: int, optimistic: bool = False, epoch: int = 0) -> Message:
@@ -20,7 +20,7 @@ def msg(sender: int, seq: int, optimistic: bool = False, epoch: int = 0) -> Mess
 
 def commit(members: tuple[int, ...], cut: dict[int, int], rollback: dict[int, int] | None = None,
            withdrawn: dict[int, int] | None = None, epoch: int = 4) -> Commit:
-    return Commit(View.of(epoch, members), cut, rollback or {}, 1, 1, withdrawn=withdrawn or {})
+    return Commit(AgreedView.of(epoch, members), cut, rollback or {}, 1, 1, withdrawn=withdrawn or {})
 
 
 def test_every_phase_is_reachable_and_every_step_used() -> None:
@@ -31,7 +31,7 @@ def test_every_phase_is_reachable_and_every_step_used() -> None:
 @pytest.mark.parametrize("phase", list(Phase))
 @pytest.mark.parametrize("step", list(Step))
 def test_a_step_outside_the_table_is_refused(phase: Phase, step: Step) -> None:
-    change = ViewChange(1)
+    change = Synchrony(1)
     change.phase = phase
     if (phase, step) in TRANSITIONS:
         change._step(step)
@@ -43,7 +43,7 @@ def test_a_step_outside_the_table_is_refused(phase: Phase, step: Step) -> None:
 
 
 def test_a_full_change_walks_the_phases() -> None:
-    change = ViewChange(1)
+    change = Synchrony(1)
     change.freeze({1: 5, 2: 7})
     assert change.phase is Phase.FROZEN and change.frozen and change.changing
     c = commit((1, 2), {1: 6, 2: 7})
@@ -56,7 +56,7 @@ def test_a_full_change_walks_the_phases() -> None:
 
 
 def test_the_gate_holds_past_the_snapshot_and_keeps_fifo() -> None:
-    change = ViewChange(1)
+    change = Synchrony(1)
     change.freeze({2: 5})
     passed = change.gate([msg(2, 5), msg(2, 6), msg(3, 1)], epoch=3)
     assert passed == [msg(2, 5)]  # 2's 6 past its snapshot; 3 not in the snapshot at all
@@ -65,7 +65,7 @@ def test_the_gate_holds_past_the_snapshot_and_keeps_fifo() -> None:
 
 
 def test_optimistic_messages_of_a_change_not_seen_here_are_held_even_when_stable() -> None:
-    change = ViewChange(1)
+    change = Synchrony(1)
     early = msg(2, 9, optimistic=True, epoch=4)
     assert change.gating([early])
     assert change.gate([early, msg(2, 10)], epoch=3) == []
@@ -75,7 +75,7 @@ def test_optimistic_messages_of_a_change_not_seen_here_are_held_even_when_stable
 
 
 def test_settle_sorts_held_messages() -> None:
-    change = ViewChange(1)
+    change = Synchrony(1)
     change.freeze({1: 0, 2: 0, 3: 0})
     for m in (msg(1, 1, True, 4), msg(2, 1, True, 4), msg(2, 2, True, 4), msg(3, 1, True, 4)):
         change.gate([m], epoch=3)
@@ -92,7 +92,7 @@ def test_settle_sorts_held_messages() -> None:
 
 
 def test_a_held_message_within_the_cut_is_never_delivered_twice() -> None:
-    change = ViewChange(1)
+    change = Synchrony(1)
     change.freeze({1: 0, 2: 0})
     own = msg(1, 3, True, 4)
     change.gate([own, msg(2, 1, True, 4)], epoch=3)
@@ -105,7 +105,7 @@ def test_a_held_message_within_the_cut_is_never_delivered_twice() -> None:
 
 
 def test_giving_up_keeps_own_messages_of_the_abandoned_view_of_unknown_fate() -> None:
-    change = ViewChange(1)
+    change = Synchrony(1)
     change.freeze({1: 0, 2: 0})
     change.gate([msg(1, 1, True, 4), msg(1, 2, True, 4)], epoch=3)
     c = commit((1, 2), cut={}, rollback={1: 1})
@@ -114,7 +114,7 @@ def test_giving_up_keeps_own_messages_of_the_abandoned_view_of_unknown_fate() ->
     assert not change.overdue(11.9, cut_timeout=2.0) and change.overdue(12.0, cut_timeout=2.0)
     change.give_up(c)
     assert change.phase is Phase.FROZEN and change.abandoned is c
-    alone = Commit(View.of(4, (1,)), {}, {}, 1, 0)
+    alone = Commit(AgreedView.of(4, (1,)), {}, {}, 1, 0)
     change.begin_alone()
     change.install()
     kept, rolled_back = change.settle(alone, OLD, (1,), frozenset(), left_out=True)
@@ -131,9 +131,9 @@ def test_a_message_sent_in_a_view_we_missed_is_not_delivered_again_in_the_next()
     there. We held 2#5 behind 2#4; delivering it in the new view would put
     it in two views (the 14-node storm of benchmarks/evidence.py, seed 2:
     invariants 3 and 5 broke)."""
-    change = ViewChange(1)
+    change = Synchrony(1)
     change.freeze({1: 0, 2: 3})
-    missed = View.of(4, (1, 2, 3))
+    missed = AgreedView.of(4, (1, 2, 3))
     change.gate([msg(2, 4, True, 4), msg(2, 5)], epoch=3)
     assert [(m.seq, m.optimistic) for m in change.held] == [(4, True), (5, False)]
     c = commit((1, 2), cut={2: 5})
@@ -154,9 +154,9 @@ def test_a_message_sent_under_an_earlier_epoch_of_the_committed_proposal_goes_on
     not the commit's epoch (7) and its sender moved on from our view
     (membership machine with the ring detector, explore.py seed 607398007:
     invariant 5)."""
-    change = ViewChange(1)
+    change = Synchrony(1)
     change.freeze({1: 0, 2: 0})
-    alone = View.of(2, (2,))
+    alone = AgreedView.of(2, (2,))
     change.gate([msg(2, 1, True, 2), msg(2, 2, True, 4)], epoch=3)
     c = commit((1, 2), cut={2: 1}, epoch=7)
     c = Commit(c.view, c.cut, c.rollback, c.coordinator, c.attempt,

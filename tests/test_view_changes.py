@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from sgcs.membership.agreement import CtlSend, View
+from sgcs.membership.agreement import CtlSend, AgreedView
 from sgcs.membership.change import DataPlane, ViewChanges
 from sgcs.membership.messages import Beacon, Flush
 from sgcs.membership.stages import Stage
@@ -44,7 +44,7 @@ class Plane:
     def cap_stability(self, limits: dict[int, int] | None) -> None:
         self.calls.append("cap_stability")
 
-    def began(self, optimistic: View) -> None:
+    def began(self, optimistic: AgreedView) -> None:
         self.calls.append("began")
 
     def fetch_cut(self, limits: dict[int, int], holders: tuple[int, ...], foreign: frozenset[int],
@@ -75,7 +75,7 @@ class Plane:
         self.calls.append("drain_order")
         return [], 0
 
-    def transitional(self, view: View, members: tuple[int, ...]) -> None:
+    def transitional(self, view: AgreedView, members: tuple[int, ...]) -> None:
         self.calls.append("transitional")
         self.announced.append(("transitional", members))
 
@@ -91,7 +91,7 @@ class Plane:
     def restart_order(self, starts: dict[int, int]) -> None:
         self.calls.append("restart_order")
 
-    def installed(self, old: View, new: View, leavers: frozenset[int], rejoined: frozenset[int]) -> None:
+    def installed(self, old: AgreedView, new: AgreedView, leavers: frozenset[int], rejoined: frozenset[int]) -> None:
         self.calls.append("installed")
         self.announced.append(("installed", new.members))
 

@@ -101,14 +101,17 @@ def view_id_of(epoch: int, members: tuple[int, ...], salt: int = 0) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class View:
+class AgreedView:
+    """A view as the agreement numbers it: its epoch, sorted members and name
+    (``view_id``, which the application sees in ``sgcs.ViewChange``)."""
+
     epoch: int
     members: tuple[int, ...]
     view_id: str = ""
     member_set: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, epoch: int, members: Iterable[int], salt: int = 0) -> "View":
+    def of(cls, epoch: int, members: Iterable[int], salt: int = 0) -> "AgreedView":
         """``salt``: the incarnation of the member that made the view (see ``view_id_of``)."""
         roster = roster_of(members)  # shared with every other holder of this membership
         return cls(epoch, roster.members, roster.view_id(epoch, view_id_of, salt), roster.member_set)
@@ -131,14 +134,14 @@ class Freeze:
     """Hold back everything past ``limits`` (a snapshot); an optimistic view begins."""
 
     limits: dict[int, int]
-    optimistic: View
+    optimistic: AgreedView
 
 
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Complete every stream up to ``cut``, then install ``view``."""
 
-    view: View
+    view: AgreedView
     cut: dict[int, int]
     rollback: dict[int, int]
     coordinator: int
@@ -161,14 +164,14 @@ class Commit:
     and the members that installed it may have delivered them there. Members
     of this view neither deliver them nor report them rolled back."""
 
-    def shares(self, member: int, view: View) -> bool:
+    def shares(self, member: int, view: AgreedView) -> bool:
         """``member`` comes to this commit from ``view`` (or moved on from it,
         a commit we missed), not from another view that overlaps ours."""
         origin = self.origins.get(member)
         digest = view_digest(view) & _HALF
         return origin is None or digest in (origin >> 31, origin & _HALF)
 
-    def came_from(self, member: int, alike: View | None) -> int | None:
+    def came_from(self, member: int, alike: AgreedView | None) -> int | None:
         """31 bits of the digest of the view ``member`` flushed from; when
         every member flushed from one view (no origins sent), that is ``alike``."""
         origin = self.origins.get(member)
@@ -176,7 +179,7 @@ class Commit:
             return origin >> 31
         return None if alike is None else view_digest(alike) & _HALF
 
-    def moved_on(self, member: int, view: View) -> bool:
+    def moved_on(self, member: int, view: AgreedView) -> bool:
         """``member`` comes from the view after ``view``: one we missed."""
         origin = self.origins.get(member)
         digest = view_digest(view) & _HALF
@@ -202,12 +205,12 @@ def _holds_for(holder: int, sender: int | None) -> bool:
     return holder >> 31 in (sender >> 31, sender & _HALF)
 
 
-def view_digest(view: View | None) -> int:
+def view_digest(view: AgreedView | None) -> int:
     """The 48-bit hash in ``view.view_id`` (epoch and members); 0 for none."""
     return 0 if view is None else int(view.view_id.rsplit("-", 1)[1], 16)
 
 
-def lineage(view: View, previous: View | None) -> int:
+def lineage(view: AgreedView, previous: AgreedView | None) -> int:
     """A member's view and the one before it, 31 bits of each digest (a control field holds 63)."""
     return (view_digest(view) & _HALF) << 31 | view_digest(previous) & _HALF
 
@@ -224,8 +227,8 @@ class _Proposal:
     incarnation: int = 0
     """The coordinator's: it salts the view's name (``view_id_of``)."""
 
-    def view(self) -> View:
-        return View.of(self.epoch, self.members, self.incarnation)
+    def view(self) -> AgreedView:
+        return AgreedView.of(self.epoch, self.members, self.incarnation)
 
     @property
     def key(self) -> tuple[int, int, int, int]:
@@ -254,7 +257,7 @@ class _Coordination:
     repeat_at: float = 0.0
     commit: bytes | None = None
     installed: set[int] = field(default_factory=set)
-    proposed_in: View | None = None
+    proposed_in: AgreedView | None = None
     """The view we proposed from: if we install another before committing, we
     no longer stand by our own flush (``on_flush``)."""
 
@@ -314,8 +317,8 @@ class ViewAgreement:
         self.tag = tag
         initial = roster_of(members).with_member(me)
         # a view given at join is named alike by all its members; a singleton is ours
-        self.view = View.of(epoch, initial, incarnation if len(initial) == 1 else 0)
-        self.previous: View | None = None
+        self.view = AgreedView.of(epoch, initial, incarnation if len(initial) == 1 else 0)
+        self.previous: AgreedView | None = None
         """The view installed before ``view``."""
         self.came_from: dict[int, int | None] = {}
         """Per member of ``view``, the view it flushed from for the commit of
@@ -352,7 +355,7 @@ class ViewAgreement:
         self.coordination: _Coordination | None = None
         self.committing: Commit | None = None
         """The commit this member decided or accepted, until the group installs
-        it: the one record of it (``synchrony.ViewChange`` completes it)."""
+        it: the one record of it (``synchrony.Synchrony`` completes it)."""
         self.suspected: set[int] = set()
         """Members the failure detector is confirming (kept by the node)."""
         self._deferred_since: float | None = None
@@ -420,7 +423,7 @@ class ViewAgreement:
         keep = {m for m in self.view.members if m not in self.failed and m not in self.leaving}
         return keep | set(self.joiners) | {self.me}
 
-    def optimistic_view(self) -> View | None:
+    def optimistic_view(self) -> AgreedView | None:
         return None if self.accepted is None else self.accepted.view()
 
     # ------------------------------------------------------------------ triggers
@@ -820,7 +823,7 @@ class ViewAgreement:
             # machine, explore.py seeds 3574225630 and 343591023). We are left
             # out; its members learn of the restart and exclude the old self.
             return self._commit_to(Commit(self._alone(msg.epoch), {}, {}, src, msg.attempt), Event.LEFT_OUT)
-        return self._commit_to(Commit(View.of(msg.epoch, members, self._incarnation_of(src, incarnation)),
+        return self._commit_to(Commit(AgreedView.of(msg.epoch, members, self._incarnation_of(src, incarnation)),
                                       dict(msg.cut), dict(msg.rollback), src,
                                       msg.attempt, {m: d for m, d in msg.origins if d}, dict(msg.foreign),
                                       dict(msg.withdrawn)), Event.COMMIT)
@@ -832,8 +835,8 @@ class ViewAgreement:
         self._moved(before, event)
         return [commit]
 
-    def _alone(self, epoch: int) -> View:
-        return View.of(epoch, (self.me,), self.incarnation)
+    def _alone(self, epoch: int) -> AgreedView:
+        return AgreedView.of(epoch, (self.me,), self.incarnation)
 
     def _is_our_view(self, commit: CommitMsg) -> bool:
         return tuple(sorted(commit.members)) == self.view.members

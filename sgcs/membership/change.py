@@ -8,7 +8,7 @@ control side and a data side on every member, and ``ViewChanges`` owns both:
 * the **agreement** (``agreement.ViewAgreement``): what is proposed, flushed
   and committed, the member's stage and, as coordinator, where its change is
   (the tables ``stages.STAGES`` and ``stages.COORDINATING``);
-* the **synchrony** (``synchrony.ViewChange``): which messages still belong
+* the **synchrony** (``synchrony.Synchrony``): which messages still belong
   to the old view and which wait for the new one (``synchrony.TRANSITIONS``).
 
 ``stage`` is the one answer to "is a change under way here"; ``PHASES``
@@ -49,10 +49,10 @@ from typing import Iterable, Protocol
 
 from ..transport.params import Params
 from ..records import Message
-from .agreement import AgreementOut, Commit, CtlSend, Freeze, View, ViewAgreement
+from .agreement import AgreementOut, Commit, CtlSend, Freeze, AgreedView, ViewAgreement
 from .messages import MAX_EPOCH, Beacon, CommitMsg, Flush, InstalledMsg, Propose, ViewMessage, decode_view_message
 from .stages import Stage
-from .synchrony import ViewChange
+from .synchrony import Synchrony
 from ..wire import MsgType
 
 MAX_REJECTED = 1_024
@@ -97,7 +97,7 @@ class DataPlane(Protocol):
     def cap_stability(self, limits: dict[int, int] | None) -> None:
         """No record past ``limits`` becomes stable (None: no cap)."""
 
-    def began(self, optimistic: View) -> None:
+    def began(self, optimistic: AgreedView) -> None:
         """Announce that sends now go out under ``optimistic``."""
 
     def fetch_cut(self, limits: dict[int, int], holders: tuple[int, ...], foreign: frozenset[int],
@@ -125,7 +125,7 @@ class DataPlane(Protocol):
         """Everything the order holds in delivery order, without waiting for
         promises; and how many it discards (incomplete)."""
 
-    def transitional(self, view: View, members: tuple[int, ...]) -> None:
+    def transitional(self, view: AgreedView, members: tuple[int, ...]) -> None:
         """Announce that what follows is delivered in ``view`` among ``members`` only."""
 
     def restart_streams(self, members: tuple[int, ...], starts: dict[int, int]) -> None:
@@ -140,7 +140,7 @@ class DataPlane(Protocol):
     def restart_order(self, starts: dict[int, int]) -> None:
         """The new view's order, each sender's starting after ``starts``."""
 
-    def installed(self, old: View, new: View, leavers: frozenset[int], rejoined: frozenset[int]) -> None:
+    def installed(self, old: AgreedView, new: AgreedView, leavers: frozenset[int], rejoined: frozenset[int]) -> None:
         """Announce the new view."""
 
     def report(self, rolled_back: list[Message]) -> None:
@@ -162,7 +162,7 @@ class ViewChanges:
         self.safe = safe
         self.agreement = ViewAgreement(me, members, params, now, tag, epoch=1 if len(members) > 1 else 0,
                                        ordered=ordered, incarnation=incarnation)
-        self.sync = ViewChange(me)
+        self.sync = Synchrony(me)
         """The data side: its phase, what is held, rolled back, withdrawn."""
         self.rejected = BoundedSet(MAX_REJECTED)
         """Members refused for joining with another order: never admitted."""
@@ -181,7 +181,7 @@ class ViewChanges:
     # ------------------------------------------------------------------ queries
 
     @property
-    def view(self) -> View:
+    def view(self) -> AgreedView:
         return self.agreement.view
 
     @property
@@ -200,7 +200,7 @@ class ViewChanges:
         """A change is under way here: sends go out under the proposed view."""
         return self.sync.changing
 
-    def optimistic_view(self) -> View | None:
+    def optimistic_view(self) -> AgreedView | None:
         """The view our sends go out under while a change is under way."""
         return self.agreement.optimistic_view() if self.sync.changing else None
 

@@ -36,7 +36,7 @@ def markdown() -> str:
     lines += [""] + _table([(a.value, e.value, b.value, rule) for (a, e), (b, rule) in COORDINATING.items()])
     lines += ["", "### Roles (`agreement.ViewAgreement.role`)", ""]
     lines += _states(Role, MEANING)
-    lines += ["", "### The data plane's phases (`synchrony.ViewChange.phase`)", ""]
+    lines += ["", "### The data plane's phases (`synchrony.Synchrony.phase`)", ""]
     lines += _states(Phase, PHASE_MEANING)
     lines += [""] + _table([(a.value, s.value, b.value, STEP_RULES[s]) for (a, s), b in TRANSITIONS.items()])
     lines += ["", "### Which phase goes with which stage (`synchrony.PHASES`)", "",

@@ -49,7 +49,7 @@ from __future__ import annotations
 from enum import Enum
 
 from ..records import Message
-from .agreement import Commit, View
+from .agreement import Commit, AgreedView
 from .stages import Stage
 
 
@@ -127,7 +127,7 @@ WITHDRAWN = "withdrawn"
 been installed elsewhere: this view neither delivers it nor rolls it back."""
 
 
-class ViewChange:
+class Synchrony:
     """The view-change state of one group on one member, with its phase."""
 
     def __init__(self, me: int) -> None:
@@ -224,7 +224,7 @@ class ViewChange:
     def install(self) -> None:
         self._step(Step.INSTALL)
 
-    def settle(self, commit: Commit, old: View, new: tuple[int, ...], foreign: frozenset[int],
+    def settle(self, commit: Commit, old: AgreedView, new: tuple[int, ...], foreign: frozenset[int],
                left_out: bool) -> tuple[list[Message], list[Message]]:
         """Sort out the held messages as ``commit`` installs: returns those
         that go on into the new view and those to report rolled back, in
@@ -248,7 +248,7 @@ class ViewChange:
         self._step(Step.SETTLED)
         return kept, rolled_back
 
-    def _fate(self, message: Message, commit: Commit, old: View, new: tuple[int, ...], foreign: frozenset[int],
+    def _fate(self, message: Message, commit: Commit, old: AgreedView, new: tuple[int, ...], foreign: frozenset[int],
               left_out: bool) -> Fate:
         sender, mine = message.sender, message.sender == self.me
         if sender in foreign:
