@@ -55,6 +55,9 @@ async def test_codes_filter_and_p2p_and_targeted_multicast() -> None:
             assert {(e.tcd, e.data) for e in got if isinstance(e, Data)} == {(10, b"ten"), (11, b"p2p eleven")}
             eleven = await only_11.receive()
         assert isinstance(eleven, Data) and (eleven.data, eleven.priority, eleven.sender) == (b"p2p eleven", 3, a.me)
+        with trio.fail_after(WAIT):  # the targeted frame comes after "ten" in the total order: wait for its turn
+            while b.statistics.dropped_not_for_us < 1:
+                await trio.sleep(0.01)
         assert b.statistics.dropped_not_for_us == 1
         with pytest.raises(sgcs.UsageError, match="reserved"):
             a.multicast(60_001)

@@ -32,6 +32,7 @@ from sgcs.errors import UsageError
 
 from .module import ExclusiveLost, HandleEvent, Module, ReceiveHandle, SendHandle
 from .module import attach as attach_trio
+from .survival import SurvivalParams
 
 T = TypeVar("T")
 START_TIMEOUT = 30.0
@@ -176,6 +177,23 @@ class BlockingModule:
     def flush(self) -> None:
         self._call(self.module.flush)
 
+    def restrict(self, timeout: float = 10.0) -> None:
+        """Enter maintenance (``Module.restrict``): other members refuse point-to-point
+        and targeted sends to this node with ``NodeInMaintenance`` until ``lift``."""
+        self._call(partial(self.module.restrict, timeout=timeout))
+
+    def lift(self, timeout: float = 10.0) -> None:
+        """Leave maintenance (``Module.lift``)."""
+        self._call(partial(self.module.lift, timeout=timeout))
+
+    @property
+    def maintenance(self) -> frozenset[int]:
+        """The members in maintenance, as this module knows them."""
+        async def look() -> frozenset[int]:
+            return self.module.maintenance
+
+        return self._call(look)
+
     def detach(self) -> None:
         """Release exclusive codes, leave the data field, close the node."""
         if self._token is not None and self._stop is not None and self._thread.is_alive():
@@ -190,6 +208,7 @@ class BlockingModule:
         self.detach()
 
 
-def attach(config: sgcs.Config, field: str, *, queue_size: int = 1_024, send_queue: int = 10_000) -> BlockingModule:
+def attach(config: sgcs.Config, field: str, *, queue_size: int = 1_024, send_queue: int = 10_000,
+           survival: SurvivalParams | None = SurvivalParams()) -> BlockingModule:
     """Open a node with ``config`` and attach a module to ``field``; ``detach()`` (or ``with``) ends both."""
-    return BlockingModule(config, field, queue_size=queue_size, send_queue=send_queue)
+    return BlockingModule(config, field, queue_size=queue_size, send_queue=send_queue, survival=survival)

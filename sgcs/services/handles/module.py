@@ -38,11 +38,33 @@ total order decides from there. The queue holds at most ``send_queue`` frames;
 ``send`` waits for room (the block policy). The middleware's own control
 frames go before every application priority.
 
-**Survival signals.** sgcs's failure detector already has the paper's three
-stages (missed heartbeats, direct probes, asking others) and its "busy, not
-dead" verdict. Each view change and suspicion becomes a ``NodeEvent`` on
-every receive handle made with ``liveness=True`` (and on ``module.watch()``):
-``joined``, ``left`` (planned), ``failed``, ``suspected``, ``busy``.
+**Survival signals** (the paper's section 2.3). A task sends this module's
+survival signal to every other member every interval T and ticks the
+three-stage monitor (``survival.py``: N missed signals (any unicast from a
+node counts as one; multicasts do not, being delivered in total order, maybe
+late), M probes, then the
+suspect's neighbours are asked; dead only when they confirm, busy when one
+heard it, unreachable when the ask went unanswered; "node shutdown" when no
+other node is left alive). Its verdicts, and the data field's view changes,
+become ``NodeEvent``s on every receive handle made with ``liveness=True``
+(and on ``module.watch()``): from the monitor ``suspected``, ``alive``,
+``busy``, ``unreachable``, ``dead``, ``shutdown``; from the view ``joined``,
+``left`` (planned) and ``failed`` (sgcs excluded the node from the view:
+frames no longer reach it, but that is sgcs's membership, not the paper's
+confirmed death). The survival frames are unicasts sent without waiting
+(``block=False``): a signal that cannot go now is dropped and counted, never
+queued behind data. sgcs's own detector's ``MemberSuspected``/``MemberBusy``
+are not passed on: the handles' survival signals are the monitor's.
+
+**Maintenance** (the paper's online maintenance). ``await module.restrict()``
+multicasts MAINTENANCE in total order; every member records the node as in
+maintenance when it delivers it (``maintenance`` events) and refuses
+point-to-point and targeted sends to it with ``NodeInMaintenance``;
+``await module.lift()`` ends it (``resumed``). A frame queued before the
+sender learnt of the maintenance is refused when its turn comes, and one that
+crossed the announcement on the wire is dropped by the node in maintenance:
+both are counted. Multicasts to the whole field still reach it. A module in
+maintenance announces it again after every view change, so newcomers learn it.
 
 A receive handle buffers at most ``queue_size`` events; when one is full the
 dispatcher waits (back-pressure up to sgcs's own event queue). Frames that do
@@ -52,6 +74,7 @@ not decode are dropped and counted in ``statistics``.
 from __future__ import annotations
 
 import heapq
+import inspect
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -67,11 +90,13 @@ from sgcs.errors import DecodeError, UsageError
 from ..tasks import background
 from . import tcd as codes
 from .claims import ClaimTable, Loss, PendingClaim
+from .survival import Send, SurvivalMonitor, SurvivalParams, Verdict
 
 CONTROL_PRIORITY = codes.PRIORITIES
 """Above every application priority: claims and answers never wait behind data."""
 
-NodeEventKind = Literal["joined", "left", "failed", "suspected", "busy"]
+NodeEventKind = Literal["joined", "left", "failed", "suspected", "alive", "busy", "unreachable", "dead", "shutdown",
+                        "maintenance", "resumed"]
 LossReason = Literal["merge"]
 
 
@@ -98,6 +123,18 @@ class ExclusiveLost(ExclusiveRefused):
         return type(self), (self.tcd, self.holder, self.reason)
 
 
+class NodeInMaintenance(UsageError):
+    """A point-to-point or targeted send to a node in maintenance (``Module.restrict``)."""
+
+    def __init__(self, node: int) -> None:
+        super().__init__(f"node {node} is in maintenance: point-to-point and targeted sends to it are refused "
+                         f"until it lifts the restriction (see module.maintenance)")
+        self.node = node
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.node,)
+
+
 @dataclass(frozen=True, slots=True)
 class Data:
     """Application data received on a handle."""
@@ -110,7 +147,15 @@ class Data:
 
 @dataclass(frozen=True, slots=True)
 class NodeEvent:
-    """A survival signal: a node ``joined``, ``left`` (planned), ``failed``, is ``suspected`` or ``busy``."""
+    """A survival signal about ``node``.
+
+    From the survival monitor: ``suspected`` (N signals missed), ``alive``
+    (heard again after any of the following), ``busy`` (a neighbour still
+    hears it), ``unreachable`` (nobody confirmed either way), ``dead``
+    (neighbours confirmed the silence), ``shutdown`` (about this module's own
+    node: no other node is alive). From the view: ``joined``, ``left``
+    (planned), ``failed`` (excluded by sgcs). From maintenance: ``maintenance``,
+    ``resumed``."""
 
     kind: NodeEventKind
     node: int
@@ -137,6 +182,16 @@ class ModuleStatistics:
     """Single-TCD codes this module lost to the merge rule."""
     claims_restarted: int = 0
     """Claims started again because a new view brought members their view lacked."""
+    survival_sent: int = 0
+    """Survival frames (signals, probes, asks and their answers) handed to sgcs."""
+    survival_unsent: int = 0
+    """Survival frames dropped because sgcs could not take them at once (window full, node not in the view)."""
+    stale_answers: int = 0
+    """Answers to an ask that was already over, or from a node not asked."""
+    refused_maintenance: int = 0
+    """Queued point-to-point or targeted frames refused at their turn: the node had entered maintenance."""
+    dropped_in_maintenance: int = 0
+    """Point-to-point or targeted frames that reached this module while in maintenance (sent before the sender knew)."""
 
 
 class SendHandle:
@@ -150,6 +205,7 @@ class SendHandle:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise UsageError(f"data must be bytes, got {type(data).__name__}")
         codes.check_priority(priority)
+        self._module._check_access(self._target)
         frame = codes.encode_frame(self.tcd, bytes(data), priority=priority, target=self._target)
         await self._module._enqueue(priority, frame, self._to)
 
@@ -216,7 +272,8 @@ class _Claim:
 
 
 class Group(Protocol):
-    """What a module uses of ``sgcs.GroupHandle`` (a test may give it an in-memory group)."""
+    """What a module uses of ``sgcs.GroupHandle`` (a test may give it an in-memory
+    group; one whose ``send`` takes no ``block`` must not wait on a unicast)."""
 
     @property
     def node_id(self) -> int: ...
@@ -234,14 +291,20 @@ class Module:
     """An attached ADS module; make it with ``attach``."""
 
     def __init__(self, group: Group, *, queue_size: int, send_queue: int,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, survival: SurvivalParams | None = None) -> None:
         self.group = group
         self.me = group.node_id
         self._clock = clock
         self.statistics = ModuleStatistics()
         self._queue_size = queue_size
         self._send_queue = send_queue
-        self._heap: list[tuple[int, int, bytes, int | None]] = []
+        self._heap: list[tuple[int, int, bytes, int | None, int]] = []
+        self.survival = survival
+        """The survival-signal settings (None: no survival signals, only the view's events)."""
+        self._monitor = SurvivalMonitor(self.me, survival or SurvivalParams())
+        self._send_takes_block = "block" in inspect.signature(group.send).parameters
+        self._maintenance: set[int] = set()
+        self._maintenance_changed = trio.Event()
         self._counter = 0
         self._work = trio.Event()
         self._room = trio.Event()
@@ -267,6 +330,40 @@ class Module:
     def members(self) -> tuple[int, ...]:
         """The data field's members in the current view, sorted."""
         return self._members
+
+    @property
+    def maintenance(self) -> frozenset[int]:
+        """The members in maintenance, as this module has delivered their announcements."""
+        return frozenset(self._maintenance)
+
+    def survival_state(self, node: int) -> str | None:
+        """The survival monitor's state of ``node`` ("alive", "suspect", "asking",
+        "busy", "unreachable", "dead"); None: not watched (or survival signals off)."""
+        state = self._monitor.state(node) if self.survival is not None else None
+        return state.value if state is not None else None
+
+    async def restrict(self, *, timeout: float = 10.0) -> None:
+        """Enter maintenance: every member refuses point-to-point and targeted
+        sends to this node until ``lift``. Returns once this module has
+        delivered its own announcement (so every member of the view delivers
+        it in the same total order); ``trio.TooSlowError`` after ``timeout``."""
+        await self._announce_maintenance(True, timeout)
+
+    async def lift(self, *, timeout: float = 10.0) -> None:
+        """Leave maintenance (announced like ``restrict``)."""
+        await self._announce_maintenance(False, timeout)
+
+    async def _announce_maintenance(self, on: bool, timeout: float) -> None:
+        if type(timeout) not in (int, float) or not timeout > 0:
+            raise UsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        with trio.fail_after(timeout):
+            await self._control(codes.TCD_MAINTENANCE, codes.encode_maintenance(on))
+            while (self.me in self._maintenance) != on:
+                await self._maintenance_changed.wait()
+
+    def _check_access(self, target: int) -> None:
+        if target and target != self.me and target in self._maintenance:
+            raise NodeInMaintenance(target)
 
     def holder(self, tcd: int) -> int | None:
         """The member that holds single-TCD code ``tcd`` (or has a claim of it
@@ -365,7 +462,8 @@ class Module:
             self._room = trio.Event()
             await self._room.wait()
         self._counter += 1
-        heapq.heappush(self._heap, (-priority, self._counter, frame, to))
+        target = codes.decode_frame_untrusted(frame).target
+        heapq.heappush(self._heap, (-priority, self._counter, frame, to, target))
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         self._work.set()
 
@@ -379,8 +477,11 @@ class Module:
                 self._work = trio.Event()
                 await self._work.wait()
                 continue
-            _, _, frame, to = heapq.heappop(self._heap)
+            _, _, frame, to, target = heapq.heappop(self._heap)
             self._room.set()
+            if target and target != self.me and target in self._maintenance:
+                self.statistics.refused_maintenance += 1  # queued before we learnt of it
+                continue
             try:
                 await self.group.send(frame, to=to)  # waits while a unicast window is full
                 self.statistics.sent += 1
@@ -394,13 +495,74 @@ class Module:
     async def _dispatch(self) -> None:
         async for event in self.group:
             if isinstance(event, sgcs.Delivery):
+                # Only a unicast is news of its sender now: a multicast may be delivered
+                # late, repaired by other members or flushed at a view change after its sender fell silent.
+                if event.dest is not None and event.sender != self.me and self.survival is not None:
+                    await self._act(self._monitor.heard(event.sender, trio.current_time()))
                 await self._on_delivery(event)
             elif isinstance(event, sgcs.ViewChange):
                 await self._on_view(event)
-            elif isinstance(event, sgcs.MemberSuspected):
-                await self._signal("suspected", event.member)
-            elif isinstance(event, sgcs.MemberBusy):
-                await self._signal("busy", event.member)
+            # sgcs's own MemberSuspected / MemberBusy are not passed on: the survival monitor's verdicts are
+
+    # ------------------------------------------------------------ survival signals
+
+    async def _survival_loop(self, params: SurvivalParams) -> None:
+        """Stage 1's push and every stage's clock: a signal to each member, then a check, every interval."""
+        signal = codes.encode_frame(codes.TCD_SIGNAL, b"")
+        while True:
+            for member in self._members:
+                if member != self.me:
+                    await self._send_now(signal, member)
+            await self._act(self._monitor.tick(trio.current_time()))
+            await trio.sleep(params.interval)
+
+    async def _act(self, outputs: list[Send | Verdict]) -> None:
+        for output in outputs:
+            if isinstance(output, Verdict):
+                await self._signal(output.kind, output.node)
+            elif output.kind == "probe":
+                await self._send_now(codes.encode_frame(codes.TCD_PROBE, b""), output.to)
+            else:
+                await self._send_now(codes.encode_frame(codes.TCD_ASK, codes.encode_ask(output.about, output.nonce)),
+                                     output.to)
+
+    async def _send_now(self, frame: bytes, to: int) -> None:
+        """A survival frame goes now or not at all: waiting on one silent member
+        would hold every other member's signal back (the silence we measure)."""
+        try:
+            if self._send_takes_block:
+                await self.group.send(frame, to=to, block=False)  # type: ignore[call-arg]
+            else:
+                await self.group.send(frame, to=to)
+            self.statistics.survival_sent += 1
+        except (UsageError, sgcs.WouldBlock):  # not in the view (excluded), or its window is full
+            self.statistics.survival_unsent += 1
+
+    async def _on_survival(self, frame: codes.Frame, sender: int) -> None:
+        if frame.tcd == codes.TCD_PROBE:
+            await self._send_now(codes.encode_frame(codes.TCD_PROBE_ACK, b""), sender)
+        elif frame.tcd == codes.TCD_ASK:
+            about, nonce = codes.decode_ask_untrusted(frame.data)
+            age = self._monitor.age(about, trio.current_time())
+            await self._send_now(codes.encode_frame(codes.TCD_ASK_REPLY, codes.encode_ask_reply(about, nonce, age)),
+                                 sender)
+        elif frame.tcd == codes.TCD_ASK_REPLY:
+            about, nonce, age = codes.decode_ask_reply_untrusted(frame.data)
+            stale = self._monitor.stale_answers
+            await self._act(self._monitor.on_answer(sender, about, nonce, age, trio.current_time()))
+            self.statistics.stale_answers += self._monitor.stale_answers - stale
+        # TCD_SIGNAL and TCD_PROBE_ACK: their arrival (``heard``) is all they say
+
+    async def _on_maintenance(self, on: bool, sender: int) -> None:
+        if on == (sender in self._maintenance):
+            return  # a repeat (announced again after a view change)
+        if on:
+            self._maintenance.add(sender)
+        else:
+            self._maintenance.discard(sender)
+        self._maintenance_changed.set()
+        self._maintenance_changed = trio.Event()
+        await self._signal("maintenance" if on else "resumed", sender)
 
     async def _on_view(self, change: sgcs.ViewChange) -> None:
         first = not self._view_ready.is_set()
@@ -424,6 +586,11 @@ class Module:
         self._view_ready.set()
         self._notify()
         await self._control(codes.TCD_HOLDINGS, codes.encode_holdings(change.view_id, held, pending))
+        self._maintenance &= set(change.members) - set(change.joined) | {self.me}
+        if self.me in self._maintenance:  # newcomers learn it; members that knew ignore the repeat
+            await self._control(codes.TCD_MAINTENANCE, codes.encode_maintenance(True))
+        survival = self._monitor.on_view(change.members, change.joined if not first else (), change.left,
+                                         trio.current_time()) if self.survival is not None else []
         for old_nonce, fresh in restarted:
             self.statistics.claims_restarted += 1
             await self._control(codes.TCD_ABANDON, codes.encode_claim(fresh.tcd, old_nonce))
@@ -434,6 +601,7 @@ class Module:
         for kind, nodes in (("left", change.left), ("failed", change.failed), ("joined", change.joined)):
             for node in nodes:
                 await self._signal(kind, node)  # type: ignore[arg-type]
+        await self._act(survival)
 
     async def _signal(self, kind: NodeEventKind, node: int) -> None:
         event = NodeEvent(kind, node, time.time())
@@ -452,6 +620,9 @@ class Module:
             return
         if frame.target not in (0, self.me):
             self.statistics.dropped_not_for_us += 1
+            return
+        if frame.target == self.me and delivery.sender != self.me and self.me in self._maintenance:
+            self.statistics.dropped_in_maintenance += 1  # sent before the sender delivered our announcement
             return
         data = Data(frame.tcd, frame.data, delivery.sender, frame.priority)
         self.statistics.received += 1
@@ -479,6 +650,10 @@ class Module:
         elif frame.tcd in (codes.TCD_RELEASE, codes.TCD_ABANDON):
             tcd, nonce = codes.decode_claim_untrusted(frame.data)
             self._claims.on_release(tcd, sender, nonce)
+        elif frame.tcd in codes.SURVIVAL_CODES:
+            await self._on_survival(frame, sender)
+        elif frame.tcd == codes.TCD_MAINTENANCE:
+            await self._on_maintenance(codes.decode_maintenance_untrusted(frame.data), sender)
         elif frame.tcd == codes.TCD_HOLDINGS:
             reported_for, held, pending = codes.decode_holdings_untrusted(frame.data)
             losses = self._claims.on_report(reported_for, view_id, sender, held, pending)
@@ -522,19 +697,26 @@ class Module:
 
 @asynccontextmanager
 async def attach(node: sgcs.NodeHandle, field: str, *, queue_size: int = 1_024,
-                 send_queue: int = 10_000, clock: Callable[[], float] = time.time) -> AsyncIterator[Module]:
+                 send_queue: int = 10_000, clock: Callable[[], float] = time.time,
+                 survival: SurvivalParams | None = SurvivalParams()) -> AsyncIterator[Module]:
     """Attach a module to the data field ``field`` (an sgcs group in total order)
     for the duration of the block; leaving it detaches: exclusive codes are
     released, queued frames get up to 2 s to go out, and the group is left.
-    ``clock``: the wall clock that stamps won codes for the merge rule (seconds)."""
+    ``clock``: the wall clock that stamps won codes for the merge rule (seconds).
+    ``survival``: the three-stage survival signals' settings (None: off; the
+    handles then report only the view's joined, left and failed)."""
     if type(queue_size) is not int or queue_size < 1 or type(send_queue) is not int or send_queue < 1:
         raise UsageError("queue_size and send_queue must be positive ints")
     if not callable(clock):
         raise UsageError(f"clock must be a function returning seconds, got {clock!r}")
+    if survival is not None and not isinstance(survival, SurvivalParams):
+        raise UsageError(f"survival must be a SurvivalParams or None, got {survival!r}")
     async with node.join(field, order=sgcs.Order.TOTAL) as group, background() as nursery:
-        module = Module(group, queue_size=queue_size, send_queue=send_queue, clock=clock)
+        module = Module(group, queue_size=queue_size, send_queue=send_queue, clock=clock, survival=survival)
         nursery.start_soon(module._dispatch)
         nursery.start_soon(module._send_loop)
+        if survival is not None:
+            nursery.start_soon(module._survival_loop, survival)
         await module._view_ready.wait()
         try:
             yield module

@@ -43,6 +43,19 @@ TCD_ABANDON = 60_004
 TCD_HOLDINGS = 60_005
 """Multicast after every view change: "in view V I hold these codes and claim those"
 (the claim tables' exchange that reconciles a merge, claims.py)."""
+TCD_SIGNAL = 60_006
+"""Unicast every interval T to every other member: a survival signal (stage 1, survival.py)."""
+TCD_PROBE = 60_007
+"""Unicast to a suspect: "answer at once" (stage 2)."""
+TCD_PROBE_ACK = 60_008
+"""Unicast: the answer to a probe."""
+TCD_ASK = 60_009
+"""Unicast to a neighbour: "when did you last hear from node X?" (stage 3)."""
+TCD_ASK_REPLY = 60_010
+"""Unicast: the neighbour's answer (an age in milliseconds, or never)."""
+TCD_MAINTENANCE = 60_011
+"""Multicast in total order: the sender enters (1) or leaves (0) maintenance."""
+SURVIVAL_CODES = frozenset({TCD_SIGNAL, TCD_PROBE, TCD_PROBE_ACK, TCD_ASK, TCD_ASK_REPLY})
 
 
 class Frame(NamedTuple):
@@ -145,3 +158,44 @@ def decode_holdings_untrusted(data: bytes) -> tuple[str, list[tuple[int, int, in
     if any(not APP_MIN <= entry[0] <= APP_MAX for entry in [*held, *pending]):
         raise DecodeError("field", "holdings of a code outside the application range")
     return view_id, held, pending
+
+
+_ASK = struct.Struct(">QQ")            # about, nonce
+_ASK_REPLY = struct.Struct(">QQI")     # about, nonce, age in ms (AGE_NEVER: never heard)
+AGE_NEVER = 0xFFFF_FFFF
+"""An ask reply's age meaning "never heard from it" (also any age of 49.7 days or more)."""
+
+
+def encode_ask(about: int, nonce: int) -> bytes:
+    return _ASK.pack(about, nonce)
+
+
+def decode_ask_untrusted(data: bytes) -> tuple[int, int]:
+    if len(data) != _ASK.size:
+        raise DecodeError("length", "ask")
+    about, nonce = _ASK.unpack(data)
+    return about, nonce
+
+
+def encode_ask_reply(about: int, nonce: int, age: float) -> bytes:
+    """``age`` in seconds (``math.inf``: never heard)."""
+    age_ms = AGE_NEVER if age == float("inf") else min(AGE_NEVER, int(age * 1000))
+    return _ASK_REPLY.pack(about, nonce, age_ms)
+
+
+def decode_ask_reply_untrusted(data: bytes) -> tuple[int, int, float]:
+    """(about, nonce, age in seconds; ``math.inf``: never heard)."""
+    if len(data) != _ASK_REPLY.size:
+        raise DecodeError("length", "ask reply")
+    about, nonce, age_ms = _ASK_REPLY.unpack(data)
+    return about, nonce, float("inf") if age_ms == AGE_NEVER else age_ms / 1000
+
+
+def encode_maintenance(on: bool) -> bytes:
+    return b"\x01" if on else b"\x00"
+
+
+def decode_maintenance_untrusted(data: bytes) -> bool:
+    if data not in (b"\x00", b"\x01"):
+        raise DecodeError("field", "maintenance flag")
+    return data == b"\x01"
