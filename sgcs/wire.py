@@ -335,6 +335,13 @@ _RECORDS = struct.Struct("!QH")
 _NACK = struct.Struct("!QQBB")
 _RANGE = struct.Struct("!QQ")
 _TAG = struct.Struct("!Q")
+_DEST = struct.Struct("!Q")
+RECORDS_HEADER = _RECORDS.size
+"""Bytes before the records of a records body: group tag (8) and record count (2)."""
+RECORD_HEADER = _RECORD.size
+"""Bytes of one record's fixed part: sender, seq, flags, payload and ACK lengths."""
+UNICAST_HEADER = _DEST.size
+"""Bytes of the destination id before the records of a unicast."""
 
 
 def _put_varint(out: bytearray, value: int) -> None:
@@ -550,8 +557,6 @@ def decode_digest_untrusted(body: bytes) -> "tuple[int, tuple[tuple[int, int], .
     floors, end = decode_acks_untrusted(body, end + _AGGREGATE.size)
     return tag, entries, (level, roster, floors, _decode_clock(body, end, "digest"), seq, flags)
 
-
-_DEST = struct.Struct("!Q")
 
 
 def encode_unicast(dest: int, tag: int, records: "Sequence[Record]") -> bytes:

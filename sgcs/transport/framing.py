@@ -16,14 +16,9 @@ The sizes here follow ``sgcs.wire``'s layouts.
 
 from __future__ import annotations
 
-from ..wire import OVERHEAD, encoded_record_size
 from ..records import Record
+from ..wire import OVERHEAD, RECORD_HEADER, RECORDS_HEADER, UNICAST_HEADER, encoded_record_size
 
-RECORDS_HEADER = 10
-"""group tag (8) and record count (2)."""
-UNICAST_HEADER = 8
-"""destination id, before the records of a unicast."""
-RECORD_HEADER = 23
 ACK_ENTRY_MAX = 20
 """Two varints of at most 10 bytes each."""
 
