@@ -86,7 +86,7 @@ async def run_manager(args: argparse.Namespace) -> None:
     async with sgcs.open_node(config) as node, open_queue_manager(
             node, "m", path=Path(args.dir) / "m.db", fsync=args.fsync, audit=True) as manager:
         if not manager.store.is_bound("q"):
-            manager.bind("q")
+            manager.create_queue("q")
         print(json.dumps({"role": "manager", "event": "ready"}), flush=True)
         await trio.sleep_forever()
 

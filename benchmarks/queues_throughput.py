@@ -14,6 +14,16 @@ manager puts N messages to ``q@m`` (timed until ``m`` acknowledged the last
 one, i.e. committed it) and then gets them with ack (batches of 512).
 
     python benchmarks/queues_throughput.py --messages 20000
+
+Push (``--push``): one queue manager in this process, a durable queue of N
+messages, drained four ways, each message acknowledged on its own: the get
+loop (``qm.get`` + ``qm.ack``, one at a time), ``qm.get_many`` in batches of
+the prefetch (one ack per message), a session's async iterator
+(``session.messages(prefetch=P)``) and a session's callback
+(``session.subscribe``). ``--runs`` rounds, the four modes alternated in each
+round; the medians are printed.
+
+    python benchmarks/queues_throughput.py --push --messages 20000 --runs 3
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import json
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -110,7 +121,7 @@ MANAGER = textwrap.dedent("""
                              beacon_interval=0.1)
         async with sgcs.open_node(config) as node, open_queue_manager(node, "m", path=sys.argv[3],
                                                                        fsync=sys.argv[4]) as m:
-            m.bind("q")
+            m.create_queue("q")
             print("ready", flush=True)
             await trio.sleep_forever()
     trio.run(main)
@@ -161,14 +172,103 @@ def remote(messages: int, fsync: str, directory: Path) -> dict[str, int]:
     return out
 
 
+PUSH_MODES = ("get loop x1", "get_many xP", "push iterator", "push callback")
+
+
+def push(messages: int, prefetch: int, runs: int, fsync: str, directory: Path) -> dict[str, list[int]]:
+    """msg/s of each drain mode over ``runs`` alternated rounds (a fresh queue each time)."""
+    import trio
+
+    import sgcs
+    from sgcs.services.queues.manager import QueueManager, open_queue_manager
+    from sgcs.services.queues.store import Message
+
+    rng = random.SystemRandom()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    group = f"239.255.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+    rates: dict[str, list[int]] = {mode: [] for mode in PUSH_MODES}
+
+    async def drain(qm: QueueManager, mode: str, queue: str) -> None:
+        if mode == "get loop x1":
+            for _ in range(messages):
+                await qm.ack([await qm.get(queue, timeout=5)])
+        elif mode == "get_many xP":
+            got = 0
+            while got < messages:
+                batch = await qm.get_many(queue, prefetch, timeout=5)
+                for message in batch:
+                    await qm.ack([message])
+                got += len(batch)
+        elif mode == "push iterator":
+            _, session = await qm.connect("bench")
+            got = 0
+            async for message in session.messages(queue, prefetch=prefetch):
+                await session.ack([message])
+                got += 1
+                if got == messages:
+                    break
+            await session.unbind()
+        else:
+            _, session = await qm.connect("bench")
+            done = trio.Event()
+            count = 0
+
+            async def callback(message: Message) -> None:
+                nonlocal count
+                await session.ack([message])
+                count += 1
+                if count == messages:
+                    done.set()
+
+            session.subscribe(queue, callback, prefetch=prefetch)
+            await done.wait()
+            await session.unbind()
+
+    async def main() -> None:
+        config = sgcs.Config(name="p", secret=SECRET, multicast_group=group, multicast_port=port, beacon_interval=0.1)
+        async with sgcs.open_node(config) as node, open_queue_manager(node, "p", path=directory / f"push-{fsync}.db",
+                                                                       fsync=fsync) as qm:
+            for run in range(runs):
+                order = PUSH_MODES if run % 2 == 0 else PUSH_MODES[::-1]
+                for mode in order:
+                    queue = f"q{run}{PUSH_MODES.index(mode)}"
+                    qm.create_queue(queue)
+                    for _ in range(0, messages, 1_000):
+                        await qm.put_many(queue, [(BODY, rng.randrange(10)) for _ in range(1_000)])
+                    t = trio.current_time()
+                    await drain(qm, mode, queue)
+                    rates[mode].append(rate(messages, trio.current_time() - t))
+                    assert qm.store.info(queue).ready == qm.store.info(queue).leased == 0, mode
+
+    trio.run(main)
+    return rates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--pq-python", default="/tmp/pq-venv/bin/python")
     parser.add_argument("--json", metavar="FSYNC", choices=("full", "normal", "off"),
                         help="only the local store with this fsync, as one JSON line (benchmarks/compare.py)")
+    parser.add_argument("--push", action="store_true", help="only push delivery against the get loop (see above)")
+    parser.add_argument("--prefetch", type=int, default=64, help="--push: prefetch and get_many batch (default 64)")
+    parser.add_argument("--runs", type=int, default=3, help="--push: alternated rounds (default 3)")
+    parser.add_argument("--fsync", default="normal", choices=("full", "normal", "off"), help="--push: store fsync")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="sgcs-qtput-"))
+    if args.push:
+        if args.messages % 1_000:
+            parser.error("--push needs --messages in thousands")
+        runs = push(args.messages, args.prefetch, args.runs, args.fsync, directory)
+        print(f"{args.messages:,} messages of {len(BODY)} bytes, durable queue (fsync {args.fsync}), "
+              f"prefetch {args.prefetch}, {args.runs} alternated rounds; each message acked on its own")
+        print("| drain | median msg/s | runs |\n|---|---:|---|")
+        for mode, values in runs.items():
+            label = mode.replace("xP", f"x{args.prefetch}")
+            print(f"| {label} | {statistics.median(values):,.0f} | {', '.join(f'{v:,}' for v in values)} |")
+        return 0
     if args.json:
         figures = local(args.messages, args.json, directory)
         print(json.dumps({"messages": args.messages, "size": len(BODY), "fsync": args.json,

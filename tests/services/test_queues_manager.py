@@ -86,7 +86,7 @@ async def test_store_and_forward_then_remote_get_in_priority_order(tmp_path: Pat
     async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(nb, "b", path=tmp_path / "b.db",
                                                                           audit=True) as b, \
             sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db") as a:
-        b.bind("orders")
+        b.create_queue("orders")
         # the sender does not wait for b: commit locally, forward later
         items = [(f"{i}".encode(), i % 10) for i in range(500)]
         await a.put_many("orders@b", items)
@@ -114,7 +114,7 @@ async def test_long_poll_and_missing_queue(tmp_path: Path) -> None:
     net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(nb, "b", path=tmp_path / "b.db") as b, \
             sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a") as a:
-        b.bind("q", durable=False)
+        b.create_queue("q", durable=False)
         await until_known(a, "b")
         with pytest.raises(sgcs.UsageError, match="not bound at node 'b'"):
             await a.get("nope@b", timeout=5)
@@ -144,7 +144,7 @@ async def test_long_poll_and_missing_queue(tmp_path: Path) -> None:
 async def test_a_consumer_that_leaves_without_ack_gets_its_messages_redelivered(tmp_path: Path) -> None:
     net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(nb, "b", path=tmp_path / "b.db") as b:
-        b.bind("q")
+        b.create_queue("q")
         await b.put_many("q", [(b"one", 1), (b"two", 1)])
         async with sgcs.open_node(config("c1", net)) as n1, open_queue_manager(n1, "c1") as c1:
             await until_known(c1, "b")
@@ -169,7 +169,7 @@ async def test_forwarding_resumes_after_the_receiver_restarts(tmp_path: Path) ->
         for round_ in range(2):
             async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(
                     nb, "b", path=tmp_path / "b.db", audit=True) as b:
-                b.bind("q")
+                b.create_queue("q")
                 if round_ == 0:
                     await a.put_many("q@b", [(b"%d" % i, 0) for i in range(200, 400)])
                     with trio.fail_after(WAIT):
@@ -190,7 +190,7 @@ async def test_a_full_remote_queue_pushes_back_and_nothing_is_lost(tmp_path: Pat
             nb, "b", path=tmp_path / "b.db", max_depth=50, audit=True) as b, \
             sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db",
                                                                        retry=0.2) as a:
-        b.bind("q")
+        b.create_queue("q")
         await a.put_many("q@b", [(b"%d" % i, 0) for i in range(200)])
         with trio.fail_after(WAIT):
             while b.store.info("q").ready < 50:
@@ -215,7 +215,7 @@ async def test_a_push_consumer_with_a_delivery_limit_and_a_dead_letter_queue(tmp
     whose TTL passed; a bad ttl on a remote target is refused in one line."""
     net = private_multicast(beacon_interval=0.1)
     async with sgcs.open_node(config("a", net)) as na, open_queue_manager(na, "a", path=tmp_path / "a.db") as a:
-        a.bind("jobs", delivery_limit=2, dead_letter="jobs.dead")
+        a.create_queue("jobs", delivery_limit=2, dead_letter="jobs.dead")
         await a.put("jobs", b"poison", 9)
         await a.put("jobs", b"work", 0)
         seen: list[tuple[bytes, int]] = []
@@ -263,7 +263,7 @@ async def test_a_remote_ttl_counts_the_time_in_the_transmission_queue(tmp_path: 
         await a.ack([gone])
         await trio.sleep(max(0.0, sent_at + 1.0 - time.time()))  # "short" has 2 s left
         async with sgcs.open_node(config("b", net)) as nb, open_queue_manager(nb, "b", path=tmp_path / "b.db") as b:
-            b.bind("q", dead_letter="q.dead")
+            b.create_queue("q", dead_letter="q.dead")
             with trio.fail_after(WAIT):
                 while a.store.xmit_count("b"):
                     await trio.sleep(0.02)

@@ -41,6 +41,13 @@ not sent: the forwarder moves it to the local queue ``xmit.expired``
 ``statistics.expired_in_transmission``. Rows awaiting an acknowledgement are
 left alone: ``b`` may hold them already, and expires them itself.
 
+**Client sessions** (``session.py``): ``connect(client)`` is the paper's
+Bind, a client's connection, answered by ``ConnectionOK``; each session has
+its own worker in this manager's nursery, and ``session.unbind(rule)`` applies
+the paper's two unbind rules to that session's messages. Queues themselves
+are made and removed by ``create_queue`` and ``delete_queue`` (formerly
+``bind`` and ``unbind``, kept as deprecated names).
+
 Tags on the wire carry which store they came from (``seq * 2 + memory``).
 Packets that do not decode are dropped and counted in ``statistics``.
 Remote sends and receives use the durable store's tables: a manager opened
@@ -52,6 +59,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -63,6 +71,7 @@ from sgcs.errors import DecodeError, UsageError
 
 from ..tasks import background
 from . import wire
+from .session import ConnectionOK, DeadRequest, Session, check_client
 from .store import (
     DEFAULT_MAX_DEPTH,
     XMIT_EXPIRED,
@@ -74,6 +83,7 @@ from .store import (
     Transaction,
     Unbind,
     check_queue_name,
+    split_target,
 )
 
 
@@ -95,6 +105,9 @@ class ManagerStatistics:
     """Remote sends whose TTL ran out before they were sent: moved to the local queue ``xmit.expired``."""
     served: int = 0
     released_for_failed: int = 0
+    dead_requests: int = 0
+    """Sends that an urgent unbind left unprocessed in their session's inbox."""
+    dead_requests_purged: int = 0
 
 
 @dataclass
@@ -109,22 +122,11 @@ class _Link:
     """The receiver was full: send nothing before this time."""
 
 
-def split_target(target: str) -> tuple[str, str | None]:
-    """``"q"`` -> ("q", None); ``"q@node"`` -> ("q", "node")."""
-    if not isinstance(target, str):
-        raise UsageError(f"a queue target is a str 'queue' or 'queue@node', got {target!r}")
-    queue, at, node = target.partition("@")
-    check_queue_name(queue)
-    if at and not node:
-        raise UsageError(f"queue target {target!r} names no node after '@'")
-    return queue, (node or None)
-
-
 class QueueManager:
     """A node's queue manager; open one with ``open_queue_manager``."""
 
     def __init__(self, group: sgcs.GroupHandle, name: str, store: QueueStore, *, forward_window: int,
-                 retry: float, max_parked: int, dead_purge_interval: float | None) -> None:
+                 retry: float, max_parked: int, dead_purge_interval: float | None, max_sessions: int = 1_024) -> None:
         self.group = group
         self.name = name
         self.store = store
@@ -144,6 +146,11 @@ class QueueManager:
         self._forward_now = trio.Event()
         self._names_changed = trio.Event()
         self._view_ready = trio.Event()
+        self._max_sessions = max_sessions
+        self._sessions: dict[str, Session] = {}
+        self._session_numbers = itertools.count(1)
+        self.dead_requests: list[DeadRequest] = []
+        """Sends left unprocessed by urgent unbinds, until the monitor purges them."""
 
     # ------------------------------------------------------------ bind / unbind / inspect
 
@@ -153,8 +160,8 @@ class QueueManager:
                 return store
         return None
 
-    def bind(self, queue: str, *, durable: bool = True, delivery_limit: int | None = None,
-             dead_letter: str | None = None) -> None:
+    def create_queue(self, queue: str, *, durable: bool = True, delivery_limit: int | None = None,
+                     dead_letter: str | None = None) -> None:
         """Create (or bind again) a local queue, durable (SQLite file) or in memory.
 
         ``delivery_limit``: a message handed out that many times and released
@@ -171,11 +178,71 @@ class QueueManager:
             raise UsageError("a durable queue needs a store file: open the queue manager with path=...")
         target.bind(queue, delivery_limit=delivery_limit, dead_letter=dead_letter)
 
-    def unbind(self, queue: str, rule: Unbind = Unbind.LOWEST) -> bool:
+    def delete_queue(self, queue: str, rule: Unbind = Unbind.LOWEST) -> bool:
+        """Remove a local queue by one of the two rules: ``Unbind.HIGHEST`` now (its
+        messages become dead, for the monitor), ``Unbind.LOWEST`` once receivers have
+        drained it. True if it is gone now."""
         store = self._store_of(queue)
         if store is None:
             raise UsageError(f"queue {queue!r} is not bound here")
         return store.unbind(queue, rule)
+
+    def bind(self, queue: str, *, durable: bool = True, delivery_limit: int | None = None,
+             dead_letter: str | None = None) -> None:
+        """Deprecated: ``create_queue``. (The paper's Bind is a client's connection: ``connect``.)"""
+        warnings.warn("QueueManager.bind(queue) is deprecated: use create_queue(queue); a client binds "
+                      "with connect(client)", DeprecationWarning, stacklevel=2)
+        self.create_queue(queue, durable=durable, delivery_limit=delivery_limit, dead_letter=dead_letter)
+
+    def unbind(self, queue: str, rule: Unbind = Unbind.LOWEST) -> bool:
+        """Deprecated: ``delete_queue``. (The paper's Unbind ends a client's session: ``session.unbind``.)"""
+        warnings.warn("QueueManager.unbind(queue) is deprecated: use delete_queue(queue); a client unbinds "
+                      "with session.unbind(rule)", DeprecationWarning, stacklevel=2)
+        return self.delete_queue(queue, rule)
+
+    # ------------------------------------------------------------ client sessions
+
+    async def connect(self, client: str, *, max_pending: int = 1_024) -> tuple[ConnectionOK, Session]:
+        """The paper's Bind: connect ``client`` and start its session's server here.
+        Returns the "connection OK" and the session (``send``/``put``, ``get``,
+        ``subscribe``/``messages``, ``ack``/``release``, ``unbind``). A client has one
+        session at a time; ``max_pending`` sends may wait in its inbox."""
+        check_client(client)
+        if type(max_pending) is not int or not 1 <= max_pending <= 1_000_000:
+            raise UsageError(f"max_pending must be an int from 1 to 1000000, got {max_pending!r}")
+        if client in self._sessions:
+            raise UsageError(f"client {client!r} is already bound (session {self._sessions[client].number}); "
+                             "unbind that session first")
+        if len(self._sessions) >= self._max_sessions:
+            raise UsageError(f"this queue manager serves at most {self._max_sessions} sessions; unbind one first")
+        session = Session(self, client, next(self._session_numbers), max_pending)
+        self._sessions[client] = session
+        try:
+            ok: ConnectionOK = await self._nursery.start(session._run)
+        except BaseException:
+            self._sessions.pop(client, None)
+            raise
+        return ok, session
+
+    @property
+    def sessions(self) -> dict[str, Session]:
+        """The bound sessions, by client id."""
+        return dict(self._sessions)
+
+    def _session_ended(self, session: Session) -> None:
+        if self._sessions.get(session.client) is session:
+            del self._sessions[session.client]
+
+    def _dead_request(self, request: DeadRequest) -> None:
+        self.dead_requests.append(request)
+        self.statistics.dead_requests += 1
+
+    def purge_dead_requests(self) -> int:
+        """The monitor's step for sessions: forget the dead requests; returns how many."""
+        purged = len(self.dead_requests)
+        self.dead_requests.clear()
+        self.statistics.dead_requests_purged += purged
+        return purged
 
     def purge_dead(self) -> int:
         return self.store.purge_dead() + self.memory.purge_dead()
@@ -334,9 +401,13 @@ class QueueManager:
             await self._names_changed.wait()
 
     def _on_new(self, queue: str) -> None:
+        self._wake_all()
+        self._serve_parked(queue)
+
+    def _wake_all(self) -> None:
+        """Every local receive waiting for a change looks again."""
         self._changed.set()
         self._changed = trio.Event()
-        self._serve_parked(queue)
 
     # ------------------------------------------------------------ network
 
@@ -534,6 +605,7 @@ class QueueManager:
             if self._dead_purge_interval is not None and now - last_purge >= self._dead_purge_interval:
                 last_purge = now
                 self.purge_dead()
+                self.purge_dead_requests()
 
     _nursery: trio.Nursery
 
@@ -546,7 +618,8 @@ class QueueManager:
 async def open_queue_manager(node: sgcs.NodeHandle, name: str, *, path: str | os.PathLike[str] | None = None,
                              fsync: str = "normal", group: str = "sgcs.queues", forward_window: int = 2_048,
                              retry: float = 1.0, max_parked: int = 1_024, dead_purge_interval: float | None = 10.0,
-                             audit: bool = False, max_depth: int = DEFAULT_MAX_DEPTH) -> AsyncIterator[QueueManager]:
+                             audit: bool = False, max_depth: int = DEFAULT_MAX_DEPTH,
+                             max_sessions: int = 1_024) -> AsyncIterator[QueueManager]:
     """Run the queue manager ``name`` on ``node`` for the duration of the block.
 
     ``path``: the SQLite file of durable queues and of the transmission
@@ -554,17 +627,21 @@ async def open_queue_manager(node: sgcs.NodeHandle, name: str, *, path: str | os
     ``QueueStore``. ``dead_purge_interval``: seconds between runs of the
     dead-message monitor (None: purge only on ``purge_dead()``). ``max_depth``:
     messages a durable queue may hold; a full queue refuses forwarded batches
-    (the sender backs off for ``retry`` seconds) and blocks local puts."""
+    (the sender backs off for ``retry`` seconds) and blocks local puts.
+    ``max_sessions``: client sessions (``connect``) served at once."""
     if not isinstance(name, str) or not name or "@" in name or len(name.encode()) > 200:
         raise UsageError(f"a queue manager's name is a non-empty str without '@', got {name!r}")
     if type(forward_window) is not int or forward_window < 1 or not retry > 0:
         raise UsageError("forward_window must be a positive int and retry positive seconds")
+    if type(max_sessions) is not int or max_sessions < 1:
+        raise UsageError(f"max_sessions must be a positive int, got {max_sessions!r}")
     store = QueueStore(path if path is not None else ":memory:", fsync=fsync, audit=audit, max_depth=max_depth)
     manager: QueueManager | None = None
     try:
         async with node.join(group, order=sgcs.Order.FIFO) as handle, background() as nursery:
             manager = QueueManager(handle, name, store, forward_window=forward_window, retry=retry,
-                                   max_parked=max_parked, dead_purge_interval=dead_purge_interval)
+                                   max_parked=max_parked, dead_purge_interval=dead_purge_interval,
+                                   max_sessions=max_sessions)
             manager._nursery = nursery
             nursery.start_soon(manager._events)
             nursery.start_soon(manager._forwarder)

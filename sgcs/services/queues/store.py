@@ -263,6 +263,17 @@ def check_ttl(ttl: object, most: float | None = None) -> float | None:
     return float(ttl)
 
 
+def split_target(target: str) -> tuple[str, str | None]:
+    """``"q"`` -> ("q", None); ``"q@node"`` -> ("q", "node")."""
+    if not isinstance(target, str):
+        raise UsageError(f"a queue target is a str 'queue' or 'queue@node', got {target!r}")
+    queue, at, node = target.partition("@")
+    check_queue_name(queue)
+    if at and not node:
+        raise UsageError(f"queue target {target!r} names no node after '@'")
+    return queue, (node or None)
+
+
 def forwarded_id(origin: int, seq: int) -> bytes:
     """The id of a message forwarded from store ``origin``'s transmission row ``seq``."""
     return _ID.pack(origin, seq)
@@ -551,6 +562,23 @@ class QueueStore:
                                                   for t in tags]).rowcount)
             self._retire_over_limit()
             return done
+
+    def return_unseen(self, tags: Iterable[int], consumer: str) -> int:
+        """Give back messages leased to ``consumer`` that never reached its application
+        (a session's prefetch buffer): ready again with the delivery count they had
+        before that lease, so they count neither as redeliveries nor toward a
+        delivery limit. Returns how many."""
+        with self._tx(relaxed=True):
+            return int(self._db.executemany(
+                "UPDATE messages SET state=0, owner=NULL, lease_until=NULL, deliveries=max(deliveries - 1, 0) "
+                "WHERE seq=? AND state=1 AND owner=?", [(tag, consumer) for tag in tags]).rowcount)
+
+    def renew(self, tag: int, consumer: str, lease_until: float | None) -> bool:
+        """Extend the lease of one message if ``consumer`` still holds it; False if it
+        does not (its lease ran out and it went back to the queue)."""
+        with self._tx(relaxed=True):
+            return self._db.execute("UPDATE messages SET lease_until=? WHERE seq=? AND state=1 AND owner=?",
+                                    (lease_until, tag, consumer)).rowcount == 1
 
     def release_consumer(self, consumer: str) -> int:
         """The consumer died: everything leased to it is ready again."""
