@@ -4,6 +4,7 @@ between two real nodes on loopback."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,6 +84,17 @@ def test_events_are_frozen_and_slotted() -> None:
         with pytest.raises(AttributeError):
             event.group = "h"  # type: ignore[misc]
         assert type(event).__doc__
+
+
+def test_the_lazy_api_names_are_the_ones_typed_and_exported() -> None:
+    import ast
+
+    tree = ast.parse(Path(sgcs.__file__).read_text())
+    typed = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "api"
+             for alias in node.names}
+    assert typed == set(sgcs._API_NAMES) and set(sgcs._API_NAMES) <= set(sgcs.__all__)
+    for name in sgcs.__all__:
+        assert getattr(sgcs, name) is not None
 
 
 def test_public_names() -> None:
