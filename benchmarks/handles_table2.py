@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
 
-from nemesis import bytecode, drop_ipv4, drop_sources, heal_commands, netns, run_tc, setup_commands  # noqa: E402
+from _nemesis import bytecode, drop_ipv4, drop_sources, heal_commands, netns, run_tc, setup_commands  # noqa: E402
 
 SECRET = "handles table 2 secret"
 PORT = 47_000

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
 
-from nemesis import FORM_TIMEOUT, POLL, Members, netns  # noqa: E402
+from _nemesis import FORM_TIMEOUT, POLL, Members, netns  # noqa: E402
 
 EXCLUDE_WITHIN = 15.0
 """Seconds a survivor may take to exclude the victim before the run counts as a miss."""

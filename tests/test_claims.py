@@ -1,15 +1,16 @@
 """The paper's structural failure-detection claims, on our own detector
-(benchmarks/claims.py drives the real FailureDetector objects in lockstep
-rounds): with hypercube targets every member sends and receives exactly one
-heartbeat gossip per round, and with no loss a counter value reaches every
-member in exactly ceil(log2 N) rounds, so the news of any member is never
-older than ceil(log2 N) rounds. Small N only, simulated time only."""
+(tests/_fd_rounds.py, the harness of benchmarks/claims.py, drives the real
+FailureDetector objects in lockstep rounds): with hypercube targets every
+member sends and receives exactly one heartbeat gossip per round, and with no
+loss a counter value reaches every member in exactly ceil(log2 N) rounds, so
+the news of any member is never older than ceil(log2 N) rounds. Small N only,
+simulated time only."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.claims import GOSSIP, LATENCY, dimensions, run_fd
+from _fd_rounds import GOSSIP, LATENCY, dimensions, run_fd
 
 
 @pytest.fixture(scope="module", params=[8, 13, 64])

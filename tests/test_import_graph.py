@@ -6,6 +6,7 @@ what counts as an import: function-local and TYPE_CHECKING imports do)."""
 
 from __future__ import annotations
 
+import ast
 import tomllib
 from pathlib import Path
 
@@ -73,3 +74,37 @@ def test_every_package_is_installed_and_nothing_generic_at_the_top() -> None:
             wanted.add(".".join((top, *init.parent.relative_to(ROOT / folder).parts)))
     assert set(setup["packages"]) == wanted
     assert {name.split(".")[0] for name in setup["packages"]} == {"sgcs"}
+
+
+KNOWN_BENCHMARK_IMPORTS: dict[str, set[str]] = {
+    "test_quiet_members.py": {"benchmarks"},
+    "services/test_handles_survival.py": {"handles_table2"},
+}
+"""Test modules that still import benchmark code, and what they import: this
+list may only shrink. The logic a test shares with a benchmark lives in the
+product or in a helper of tests/ (``_fd_rounds``, ``_flood``, ``_nemesis``,
+``_stability_rounds``), which the benchmark imports; a test of a benchmark
+script itself runs it in a process of its own."""
+
+
+def benchmark_imports(path: Path) -> set[str]:
+    """Top-level names ``path`` imports that are benchmark code: the package
+    ``benchmarks``, or a script of benchmarks/ imported by its bare name (with
+    benchmarks/ put on the path) that no helper of tests/ shadows."""
+    tests = ROOT / "tests"
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return {name for name in names if name == "benchmarks" or (
+        (ROOT / "benchmarks" / f"{name}.py").is_file() and not (tests / f"{name}.py").is_file())}
+
+
+def test_tests_import_no_benchmark_code() -> None:
+    tests = ROOT / "tests"
+    found = {path.relative_to(tests).as_posix(): names for path in sorted(tests.rglob("*.py"))
+             if (names := benchmark_imports(path))}
+    new = {module: names - KNOWN_BENCHMARK_IMPORTS.get(module, set()) for module, names in found.items()}
+    assert not any(new.values()), f"tests importing benchmark code: {new}"

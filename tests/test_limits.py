@@ -1,7 +1,8 @@
 """Every cap of the table in docs/limits.md: drive the
 state machine past the cap, then check the policy (what is kept, what is
 dropped or refused) and the counter that reports it. A short flood of each
-kind from benchmarks/flood.py checks that the heap stays bounded."""
+kind (tests/_flood.py, the harness of benchmarks/flood.py) checks that the
+heap stays bounded."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from sgcs.transport.unicast import UnicastStreams
 from sgcs.membership.messages import Propose, decode_untrusted
 from sgcs.wire import MsgType
 
-from benchmarks import flood
+import _flood as flood
 
 WINDOW = 32
 PARAMS = Params(fragment_size=10, window_max=WINDOW, max_message=100, reassembly_timeout=5.0)

@@ -1,19 +1,56 @@
-"""benchmarks/membership.py on small synthetic traces: each metric's value, and its null cases."""
+"""benchmarks/membership.py on small synthetic traces: each metric's value, and its null cases.
+
+The script is run as its users run it, in a process of its own: the runs the
+metric tests read are written once and measured by one ``--json`` call
+(``measured``), which keeps the module to a few interpreter start-ups."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks import membership
 from sgcs.trace import events_schema
 
 SCHEMA = events_schema()
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "membership.py"
+MAX_EXAMPLES = 5
+"""Live exclusions the script lists as examples per run (its ``MAX_EXAMPLES``)."""
+
+
+def membership(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/membership.py ARGV...``."""
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, argv)], capture_output=True, text=True,
+                          timeout=120)
+
+
+RUNS: dict[str, Callable[[Path], Path]] = {}
+"""Run name -> what writes that run into a directory; each is measured once, by ``measured``."""
+
+
+def measured_run(name: str) -> Callable[[Callable[[Path], Path]], Callable[[Path], Path]]:
+    def register(write: Callable[[Path], Path]) -> Callable[[Path], Path]:
+        RUNS[name] = write
+        return write
+    return register
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every run of ``RUNS``, measured by one ``--json`` call of the script."""
+    root = tmp_path_factory.mktemp("membership")
+    paths = {name: write(root / name) for name, write in RUNS.items()}
+    done = membership(*paths.values(), "--json")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)["runs"]
+    assert [r["run"] for r in results] == [str(path) for path in paths.values()]
+    return dict(zip(paths, results, strict=True))
 
 
 def write_run(path: Path, rows: list[dict[str, Any]], *, nodes: int, protocol: dict[str, Any] | None = None,
@@ -75,10 +112,14 @@ def crash_rows() -> list[dict[str, Any]]:
     return rows
 
 
+@measured_run("crash")
+def crash_trace(path: Path) -> Path:
+    return write_run(path, crash_rows(), nodes=6, protocol={"gossip_interval": 0.2})
+
+
 @pytest.fixture
-def crash_run(tmp_path: Path) -> dict[str, Any]:
-    return membership.measure(write_run(tmp_path / "crash", crash_rows(), nodes=6,
-                                        protocol={"gossip_interval": 0.2}))
+def crash_run(measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return measured["crash"]
 
 
 def test_crash_detection(crash_run: dict[str, Any]) -> None:
@@ -110,9 +151,14 @@ def test_view_counts_and_no_heal(crash_run: dict[str, Any]) -> None:
     assert crash_run["heals"] == []
 
 
-def test_crash_nobody_notices(tmp_path: Path) -> None:
+@measured_run("nobody_notices")
+def nobody_notices_trace(path: Path) -> Path:
     rows = [view(0.0, n, [0, 1, 2]) for n in range(3)] + [row(1.0, 2, "crash")]
-    result = membership.measure(write_run(tmp_path / "run", rows, nodes=3))
+    return write_run(path, rows, nodes=3)
+
+
+def test_crash_nobody_notices(measured: dict[str, dict[str, Any]]) -> None:
+    result = measured["nobody_notices"]
     assert result["crashes"] == [{
         "node": 2, "t": 1.0,
         "first_suspicion_s": None, "first_suspicion_rounds": None,
@@ -147,62 +193,91 @@ FAULTS = [{"at": 3.0, "join": [5]}, {"at": 4.0, "leave": [3]},
           {"at": 5.0, "partition": [[0, 1, 2], [4, 5]]}, {"at": 10.0, "heal": True}]
 
 
-def test_live_exclusions(tmp_path: Path) -> None:
-    result = membership.measure(write_run(tmp_path / "run", partition_rows(), nodes=6, faults=FAULTS))
+@measured_run("partition")
+def partition_trace(path: Path) -> Path:
+    return write_run(path, partition_rows(), nodes=6, faults=FAULTS)
+
+
+@measured_run("partition_without_last_installer")
+def partition_without_last_installer_trace(path: Path) -> Path:
+    return write_run(path, partition_rows(last_installer=False), nodes=6, faults=FAULTS)
+
+
+def test_live_exclusions(measured: dict[str, dict[str, Any]]) -> None:
+    result = measured["partition"]
     fp = result["false_positives"]
     # At t=6: 0, 1, 2 each drop 4 and 5; 4 and 5 each drop 0, 1 and 2.
     assert fp["live_exclusions"] == 12
     assert fp["live_excluded_nodes"] == 5
     examples = fp["live_exclusion_examples"]
-    assert len(examples) == membership.MAX_EXAMPLES
+    assert len(examples) == MAX_EXAMPLES
     assert examples[0] == {"t": 6.0, "node": 0, "group": "g", "view_id": "v0-1-2", "excluded": [4, 5]}
     assert examples[3] == {"t": 6.0, "node": 4, "group": "g", "view_id": "v4-5", "excluded": [0, 1, 2]}
 
 
 @pytest.mark.parametrize(("last_installer", "converged", "unconverged"), [(True, 2.5, 0), (False, None, 1)])
-def test_heal(tmp_path: Path, last_installer: bool, converged: float | None, unconverged: int) -> None:
-    result = membership.measure(write_run(tmp_path / "run", partition_rows(last_installer), nodes=6, faults=FAULTS))
+def test_heal(measured: dict[str, dict[str, Any]], last_installer: bool, converged: float | None,
+              unconverged: int) -> None:
+    result = measured["partition" if last_installer else "partition_without_last_installer"]
     rounds = None if converged is None else converged / 0.1
     assert result["heals"] == [{"t": 10.0, "converged_s": converged, "converged_rounds": rounds,
                                 "unconverged_nodes": unconverged}]
 
 
-def test_heal_when_views_never_split(tmp_path: Path) -> None:
+@measured_run("never_split")
+def never_split_trace(path: Path) -> Path:
     rows = [row(0.0, n, "join", group="g") for n in range(2)] + [view(0.0, n, [0, 1]) for n in range(2)]
-    result = membership.measure(write_run(tmp_path / "run", rows, nodes=2, faults=[{"at": 5.0, "heal": True}]))
+    return write_run(path, rows, nodes=2, faults=[{"at": 5.0, "heal": True}])
+
+
+def test_heal_when_views_never_split(measured: dict[str, dict[str, Any]]) -> None:
+    result = measured["never_split"]
     assert result["heals"][0]["converged_s"] == 0.0
 
 
 # ---------------------------------------------------------------- empty traces and the command line
 
 
-def test_no_membership_rows(tmp_path: Path) -> None:
-    result = membership.measure(write_run(tmp_path / "run", traffic(1.0, 0) + traffic(2.0, 1), nodes=2))
+@measured_run("traffic_only")
+def traffic_only_trace(path: Path) -> Path:
+    return write_run(path, traffic(1.0, 0) + traffic(2.0, 1), nodes=2)
+
+
+def test_no_membership_rows(measured: dict[str, dict[str, Any]]) -> None:
+    result = measured["traffic_only"]
     assert result["crashes"] == [] and result["heals"] == []
     assert result["blocked"] == {"changes": 0, "total_s": 0.0, "median_s": None, "max_s": None, "unresolved": 0}
     assert result["views"] == {"installed": 0, "distinct_ids": 0, "optimistic": 0}
     assert result["false_positives"]["live_exclusions"] == 0
 
 
-def test_empty_events(tmp_path: Path) -> None:
-    result = membership.measure(write_run(tmp_path / "run", [], nodes=1, parts=1))
+@measured_run("empty")
+def empty_trace(path: Path) -> Path:
+    return write_run(path, [], nodes=1, parts=1)
+
+
+def test_empty_events(measured: dict[str, dict[str, Any]]) -> None:
+    result = measured["empty"]
     assert result["views"]["installed"] == 0 and result["crashes"] == []
 
 
-def test_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_json_and_table(tmp_path: Path) -> None:
     crash = write_run(tmp_path / "crash", crash_rows(), nodes=6)
     split = write_run(tmp_path / "split", partition_rows(), nodes=6, faults=FAULTS)
-    assert membership.main([str(crash), str(split), "--json"]) == 0
-    runs = json.loads(capsys.readouterr().out)["runs"]
+    done = membership(crash, split, "--json")
+    assert done.returncode == 0, done.stderr
+    runs = json.loads(done.stdout)["runs"]
     assert [r["run"] for r in runs] == [str(crash), str(split)]
     assert set(runs[0]) == {"run", "nodes", "duration", "gossip_interval", "crashes", "false_positives",
                             "heals", "blocked", "views"}
-    assert membership.main([str(crash), str(split)]) == 0
-    table = capsys.readouterr().out
+    done = membership(crash, split)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout
     assert "crash 4@10 first suspect" in table and "heal@10 converged" in table
     assert "split: t=6 node 0 group g view v0-1-2 dropped live [4, 5]" in table
 
 
-def test_cli_rejects_a_directory_that_is_no_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert membership.main([str(tmp_path)]) == 2
-    assert "no meta.json" in capsys.readouterr().err
+def test_cli_rejects_a_directory_that_is_no_run(tmp_path: Path) -> None:
+    done = membership(tmp_path)
+    assert done.returncode == 2
+    assert "no meta.json" in done.stderr

@@ -1,4 +1,5 @@
-"""``benchmarks/nemesis.py``: the fault schedule, the tc command lines and the
+"""The nemesis harness (``tests/_nemesis.py``, whose command line is
+``benchmarks/nemesis.py``): the fault schedule, the tc command lines and the
 programs they load (fast), and one short nemesis run on network namespaces
 that must leave a clean trace (integration, marked here: the module mixes
 both tiers).
@@ -21,9 +22,9 @@ from typing import Any
 
 import pytest
 
+import _nemesis as nemesis
 import netns
-from benchmarks import nemesis
-from benchmarks.nemesis import Fault, Link
+from _nemesis import Fault, Link
 
 HOSTS = netns.Hosts(names=("h-a", "h-b", "h-c"), addresses=("10.213.0.1", "10.213.0.2", "10.213.0.3"), switch="h-br")
 """Namespaces as ``netns.hosts(3)`` names them; nothing is created (the command lines are only built)."""

@@ -22,6 +22,7 @@ from sgcs.transport.reliable import ReliableStream
 from sgcs.transport.stability import Floors
 
 from _memnet import Datagram, MemoryNetwork, losing
+from _stability_rounds import measure
 
 PARAMS = Params(fragment_size=16, window_max=256)
 
@@ -193,8 +194,6 @@ def test_a_message_is_stable_everywhere_within_log2_n_rounds(in_step: bool) -> N
     the members' phases (clocks are local): every level whose floors changed
     goes out in the round, not when the member's cycle reaches it (it took
     38 rounds at N = 128 when it waited)."""
-    from benchmarks.stability_rounds import measure
-
     n = 100  # above ACK_MATRIX_MAX: the all-reduce alone
     spans, digests = measure(n, seed=0, messages=5, latency=0.001, interval=0.1, in_step=in_step)
     assert max(spans) <= math.ceil(math.log2(n)), spans
