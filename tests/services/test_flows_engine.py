@@ -17,6 +17,7 @@ from sgcs.services.flows.syntax import Value
 
 GRAPH = FlowGraph.from_toml("""
 name = "sim"
+total_order = true  # the Bus is one total order; per-key order: test_flows_perkey.py
 [spaces.quotes]
 fields = "issue: str, price: float, volume: float"
 [spaces.prices]
@@ -215,6 +216,7 @@ def test_hostile_subscriptions_from_a_peer_are_counted_not_fatal() -> None:
 
 EXPANDING = FlowGraph.from_toml("""
 name = "sim"
+total_order = true  # the Bus is one total order; per-key order: test_flows_perkey.py
 [spaces.quotes]
 fields = "issue: str, price: float, volume: float"
 [spaces.prices]

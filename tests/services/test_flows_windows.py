@@ -27,6 +27,7 @@ W = 4
 BOUND = 20.0
 REGION5 = f"""
 name = "sim"
+total_order = true  # the Bus is one total order; per-key order: test_flows_perkey.py
 [spaces.quotes]
 fields = "issue: str, price: float, volume: float"
 [spaces.drops]

@@ -36,6 +36,16 @@ store) and the keeper answers with the *expansion* from ``s0`` to its rows
 (``expand.py``): the shortest event sequence, which the subscriber collapses
 onto ``s0``; nothing it had is taken back.
 
+Per-key order (``perkey.py``): where every state below a group's roots keys
+their events alike, the group is FIFO and each key's events are multicast by
+the key's owner (``wire.KeyedEvents``); a publisher forwards the events
+others own and keeps each publication (a *ticket*) open until it has
+delivered all of its events, routing again what a view change or a rollback
+left undelivered (``Settled``). A state transfer's cut is then a vector of
+sgcs sequence numbers instead of a place in the total order: the subscriber
+buffers from its subscription on and applies what lies after the keeper's
+cut.
+
 A request goes out only once a keeper is in sight (a request delivered in a
 view without one, e.g. the joiner's own first view, would cut nothing the
 others share). One unanswered for ``retry_after`` seconds is sent again: a
@@ -60,6 +70,7 @@ from .compiler import Matcher, Subscription, compile_subscription, split_by_keys
 from .evaluate import Env, compile_predicate
 from .expand import Expander
 from .graph import FlowGraph, History, StateSpace
+from .perkey import Vector, analyse, covers, merged, owner, partition_function
 from .schema import check_value
 from .syntax import FlowError, Value, parse_expression
 
@@ -74,6 +85,8 @@ class Phase(enum.Enum):
 class Multicast:
     group: str
     payload: bytes
+    tag: tuple[int, int, int] | None = None
+    """Keyed events: (origin, ticket, part), for ``on_lost`` if sgcs does not deliver the multicast."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +118,27 @@ class Persist:
     sub_id: int
 
 
-Output = Union[Multicast, Unicast, Deliver, Ready, Persist]
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """Every event of publication ``ticket`` was delivered and applied here (per-key groups)."""
+
+    ticket: int
+
+
+Output = Union[Multicast, Unicast, Deliver, Ready, Persist, Settled]
+Stamp = tuple[int, int]
+"""(sender, sgcs sequence number) of the message an event came in; (0, 0) in total order."""
+
+
+@dataclass(slots=True)
+class _Part:
+    """A batch of a publication of ours, on its way to its owner's multicast."""
+
+    group: str
+    root: str
+    ticket: int
+    events: list[tuple[Value, ...]]
+    target: int
 
 
 @dataclass(slots=True)
@@ -126,7 +159,14 @@ class LocalSubscription:
     """A hidden subscription whose changes, expanded, feed this history."""
     asked_at: float = 0.0
     s0: dict[Key, Row] | None = None
-    buffer: list[tuple[Value, ...]] = field(default_factory=list)
+    buffer: list[tuple[Stamp, tuple[Value, ...]]] = field(default_factory=list)
+    perkey: bool = False
+    """Its group has per-key order: the cut is a vector, the buffer runs from the subscription on."""
+    vector: Vector = field(default_factory=dict)
+    """Per-key, LIVE: the messages whose events its rows hold (the cut it would give)."""
+    cut: Vector = field(default_factory=dict)
+    """Per-key: the cut it went LIVE at. The keeper may have applied a message
+    before we deliver it; when it comes, its events are already in our rows."""
     dirty: set[Key] = field(default_factory=set)
     """Keys changed since the shell last stored them (durable subscriptions)."""
     delivered: int = 0
@@ -143,6 +183,13 @@ class _Group:
     peers: dict[int, wire.Sub] = field(default_factory=dict)
     peer_matchers: dict[str, Matcher] = field(default_factory=dict)
     local_matchers: dict[str, Matcher] = field(default_factory=dict)
+    perkey: bool = False
+    delivered: Vector = field(default_factory=dict)
+    """Per-key: the last keyed message delivered here from each sender."""
+    deferred: list[tuple[int, wire.Request]] = field(default_factory=list)
+    """Per-key, at a keeper: requests whose sender had delivered messages we had not yet."""
+    owners: dict[object, int] = field(default_factory=dict)
+    """Per-key: partition key -> owner in the current view (a cache)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +208,12 @@ class FlowStatistics:
     """Live state changes an expand arc could not turn into events (none found within the search budget)."""
     answers_sent: int
     answer_bytes_sent: int
+    events_forwarded: int = 0
+    """Per-key: events of ours unicast to their owner to multicast."""
+    events_misrouted: int = 0
+    """Per-key: events delivered from a member that was not their owner in that view (skipped; routed again)."""
+    events_rerouted: int = 0
+    """Per-key: events of ours routed again (owner gone, rolled back, or misrouted)."""
 
 
 class FlowEngine:
@@ -184,6 +237,16 @@ class FlowEngine:
                 if len(feeding) == 1:
                     self._group_of_root[root] = feeding.pop()
         self._publishable = graph.publishable_roots()
+        self._partition: dict[str, Callable[[Sequence[Value]], object]] = {}
+        for group in self.groups.values():
+            analyses = [analyse(graph, r) for r in group.roots]
+            group.perkey = (all(a.order != "total" for a in analyses) and any(a.order == "perkey" for a in analyses))
+            for root, analysis in zip(group.roots, analyses):
+                if group.perkey and analysis.order == "perkey":
+                    self._partition[root] = partition_function(graph, root, analysis.key)
+        self._parts: dict[int, _Part] = {}
+        self._open_tickets: dict[int, int] = {}
+        """ticket -> events of it not yet delivered and applied here."""
         self.subs: dict[int, LocalSubscription] = {}
         self._expanders: dict[str, Expander] = {}
         self._compiled: dict[tuple[str, str], Subscription] = {}
@@ -193,8 +256,16 @@ class FlowEngine:
     # --- local commands ---------------------------------------------------------------------
 
     def order_of(self, group: str) -> str:
+        """The sgcs order to join ``group`` with: per-key order is FIFO plus owners."""
         roots = self.groups[group].roots
         return "total" if any(self.graph.order_for(r)[0] == "total" for r in roots) else "fifo"
+
+    def group_of_root(self, root: str) -> str:
+        return self._group_of_root[root]
+
+    def per_key(self, group: str) -> bool:
+        """``group`` has per-key order (``perkey.py``)."""
+        return self.groups[group].perkey
 
     def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False,
                   s0: dict[Key, Row] | None = None, now: float = 0.0, keeper: bool = False) -> tuple[int, list[Output]]:
@@ -215,7 +286,7 @@ class FlowEngine:
             if self.graph.expand_source(root) is not None:
                 out += self._feeder(root, now)
         self._counter += 1
-        sub = LocalSubscription(self._counter, compiled, group, durable, keeper)
+        sub = LocalSubscription(self._counter, compiled, group, durable, keeper, perkey=self.groups[group].perkey)
         self.subs[sub.sub_id] = sub
         for path in compiled.paths:
             matcher = self.groups[group].local_matchers.setdefault(path.root, Matcher(self.graph, path.root))
@@ -253,12 +324,18 @@ class FlowEngine:
 
     def publish(self, root: str, events: Iterable[Sequence[object]]) -> list[Output]:
         """Checked events of ``root``, filtered at the source when we can."""
+        return self.publish_ticket(root, events)[1]
+
+    def publish_ticket(self, root: str, events: Iterable[Sequence[object]]) -> tuple[int | None, list[Output]]:
+        """As ``publish``; in a per-key group also the publication's ticket,
+        which a ``Settled`` output closes once every event is applied here
+        (None: the multicasts' own outcomes are the publication's)."""
         space = self.graph.spaces.get(root)
         if not isinstance(space, History) or root not in self._publishable:
             raise UsageError(f"flows: {root!r} is not a root space; publish into one of {sorted(self._publishable)}")
         checked = [space.schema.event(e) for e in events]
         if not checked:
-            return []
+            return None, []
         group = self.groups[self._group_of_root[root]]
         self._count["events_published"] += len(checked)
         kept = checked
@@ -271,11 +348,122 @@ class FlowEngine:
                 full = wire.encoded_events_size(root, checked)
                 self._count["bytes_saved_at_publisher"] += (full - (wire.encoded_events_size(root, kept)
                                                                     if kept else 0)) * others
+        self._count["events_sent"] += len(kept)
+        if group.perkey:
+            self._counter += 1
+            ticket = self._counter
+            self._open_tickets[ticket] = len(kept)
+            return ticket, self._route(group, root, ticket, kept) if kept else [Settled(ticket)]
         out: list[Output] = []
         for payload in wire.encode_events(root, kept, self.payload_max):
             self._count["bytes_sent"] += len(payload)
             out.append(Multicast(group.name, payload))
-        self._count["events_sent"] += len(kept)
+        return None, out
+
+    # --- per-key order: routing to owners ------------------------------------------------------
+
+    def _owner(self, group: _Group, root: str, event: Sequence[Value]) -> int:
+        """The member that multicasts ``event`` in the current view (any member for an event no state keys)."""
+        partition = self._partition.get(root)
+        key = partition(event) if partition is not None else None
+        if key is None or not group.view:
+            return self.me
+        found = group.owners.get(key)
+        if found is None:
+            if len(group.owners) > 100_000:
+                group.owners.clear()
+            found = group.owners[key] = owner(key, group.view)
+        return found
+
+    def _route(self, group: _Group, root: str, ticket: int, events: list[tuple[Value, ...]]) -> list[Output]:
+        """Our events to their owners: multicast what we own, forward the rest."""
+        by_owner: dict[int, list[tuple[Value, ...]]] = {}
+        for event in events:
+            by_owner.setdefault(self._owner(group, root, event), []).append(event)
+        out: list[Output] = []
+        for target, mine in sorted(by_owner.items()):
+            for batch in wire.split_events(root, mine, self.payload_max):
+                self._counter += 1
+                part = self._counter
+                self._parts[part] = _Part(group.name, root, ticket, batch, target)
+                payload = wire.encode(wire.KeyedEvents(root, self.me, ticket, part, tuple(batch), target != self.me))
+                self._count["bytes_sent"] += len(payload)
+                if target == self.me:
+                    out.append(Multicast(group.name, payload, (self.me, ticket, part)))
+                else:
+                    self._count["events_forwarded"] += len(batch)
+                    out.append(Unicast(group.name, target, payload))
+        return out
+
+    def _reroute(self, part_id: int) -> list[Output]:
+        part = self._parts.pop(part_id, None)
+        if part is None:
+            return []  # delivered meanwhile, or routed again already
+        self._count["events_rerouted"] += len(part.events)
+        return self._route(self.groups[part.group], part.root, part.ticket, part.events)
+
+    def on_lost(self, group: str, tag: tuple[int, int, int]) -> list[Output]:
+        """sgcs will not deliver our keyed multicast ``tag`` here (rolled back or
+        not delivered): route it again, or tell its publisher to."""
+        origin, ticket, part = tag
+        if origin == self.me:
+            return self._reroute(part)
+        if origin in self.groups[group].view:
+            return [Unicast(group, origin, wire.encode(wire.Bounce(ticket, part)))]
+        return []  # its publisher is gone: nobody waits for it
+
+    def _on_forward(self, group: _Group, sender: int, message: wire.KeyedEvents) -> list[Output]:
+        """Multicast a publisher's events we own (the receivers check that we do)."""
+        if message.origin != sender or message.root not in group.roots:
+            self._count["garbage"] += 1
+            return []
+        payload = wire.encode(dataclasses.replace(message, forward=False))
+        self._count["bytes_sent"] += len(payload)
+        return [Multicast(group.name, payload, (message.origin, message.ticket, message.part))]
+
+    def _on_keyed(self, group: _Group, sender: int, seq: int, message: wire.KeyedEvents, size: int) -> list[Output]:
+        """An owner's multicast: apply the events it owns in this view, then, if
+        they are ours, close or route again what they carried."""
+        space = self.graph.spaces.get(message.root)
+        if not isinstance(space, History) or message.root not in group.roots:
+            self._count["garbage"] += 1
+            return []
+        accepted: list[tuple[Value, ...]] = []
+        misrouted: list[tuple[Value, ...]] = []
+        for raw in message.events:
+            try:
+                event = space.schema.event(raw)
+            except FlowError:
+                self._count["garbage"] += 1
+                continue
+            (accepted if self._owner(group, message.root, event) == sender else misrouted).append(event)
+        self._count["events_misrouted"] += len(misrouted)
+        out = self._match_and_feed(group, message.root, accepted, size, len(message.events), (sender, seq))
+        if seq > group.delivered.get(sender, 0):
+            group.delivered[sender] = seq
+        for sub in self.subs.values():
+            if sub.group == group.name and sub.perkey and sub.phase is Phase.LIVE and sub.state is not None:
+                sub.vector[sender] = max(seq, sub.vector.get(sender, 0))
+        if message.origin == self.me:
+            out += self._settle(group, message, len(accepted), misrouted)
+        return out + (self._answer_deferred(group, force=False) if group.deferred else [])
+
+    def _settle(self, group: _Group, message: wire.KeyedEvents, applied: int,
+                misrouted: list[tuple[Value, ...]]) -> list[Output]:
+        self._parts.pop(message.part, None)
+        left = self._open_tickets.get(message.ticket)
+        if left is None:
+            return []
+        out: list[Output] = []
+        if misrouted:
+            self._count["events_rerouted"] += len(misrouted)
+            out += self._route(group, message.root, message.ticket, misrouted)
+        left -= applied
+        if left <= 0:
+            del self._open_tickets[message.ticket]
+            out.append(Settled(message.ticket))
+        else:
+            self._open_tickets[message.ticket] = left
         return out
 
     def announce(self, group: str) -> Multicast:
@@ -286,15 +474,25 @@ class FlowEngine:
 
     def on_view(self, group: str, members: Sequence[int]) -> list[Output]:
         state = self.groups[group]
-        state.view = tuple(members)
+        state.view = tuple(sorted(members))
         gone = [m for m in state.peers if m not in members]
         for member in gone:
             del state.peers[member]
         if gone:
             self._rebuild_peer_matchers(state)
-        return [self.announce(group)]  # newcomers learn what we want
+        out: list[Output] = [self.announce(group)]  # newcomers learn what we want
+        if state.perkey:
+            state.owners = {}
+            # Virtual synchrony: what a member that left had not delivered to us in
+            # the old view, nobody delivers; so route again what we forwarded to it.
+            lost = [p for p, part in self._parts.items() if part.group == group and part.target not in state.view]
+            for part_id in sorted(lost):
+                out += self._reroute(part_id)
+            out += self._answer_deferred(state, force=True)
+        return out
 
-    def on_delivery(self, group: str, sender: int, payload: bytes, now: float) -> list[Output]:
+    def on_delivery(self, group: str, sender: int, payload: bytes, now: float, seq: int = 0) -> list[Output]:
+        """One sgcs delivery (``seq``: the sender's sequence number, which per-key groups need)."""
         try:
             message = wire.decode_untrusted(payload)
         except DecodeError:
@@ -304,7 +502,19 @@ class FlowEngine:
         if state is None:
             return []
         if isinstance(message, wire.Events):
+            if state.perkey:
+                self._count["garbage"] += 1  # unkeyed events in a per-key group: another build's member
+                return []
             return self._on_events(state, message, len(payload))
+        if isinstance(message, wire.KeyedEvents):
+            if not state.perkey:
+                self._count["garbage"] += 1
+                return []
+            if message.forward:
+                return self._on_forward(state, sender, message)
+            return self._on_keyed(state, sender, seq, message, len(payload))
+        if isinstance(message, wire.Bounce):
+            return self._reroute(message.part) if message.part in self._parts else []
         if isinstance(message, wire.Sub):
             newcomer = sender != self.me and sender not in state.peers
             self._on_sub(state, sender, message)
@@ -389,38 +599,47 @@ class FlowEngine:
 
     def _on_events(self, group: _Group, message: wire.Events, size: int) -> list[Output]:
         space = self.graph.spaces.get(message.root)
-        matcher = group.local_matchers.get(message.root)
         if not isinstance(space, History) or message.root not in group.roots:
             self._count["garbage"] += 1
             return []
+        events: list[tuple[Value, ...]] = []
+        for raw in message.events:
+            try:
+                events.append(space.schema.event(raw))
+            except FlowError:
+                self._count["events_received"] += 1
+                self._count["garbage"] += 1
+        return self._match_and_feed(group, message.root, events, size, len(message.events), (0, 0))
+
+    def _match_and_feed(self, group: _Group, root: str, events: list[tuple[Value, ...]], size: int, count: int,
+                        stamp: Stamp) -> list[Output]:
+        """Run our compiled paths on checked events of ``root`` that came in one message."""
+        matcher = group.local_matchers.get(root)
         out: list[Output] = []
         dropped = 0
-        for raw in message.events:
+        for event in events:
             self._count["events_received"] += 1
-            try:
-                event = space.schema.event(raw)
-            except FlowError:
-                self._count["garbage"] += 1
-                continue
             matched = matcher.match(event) if matcher is not None else []
             if not matched:
                 dropped += 1
             for label, value in matched:
-                out += self._feed(self.subs[int(label)], value)
+                out += self._feed(self.subs[int(label)], value, stamp)
         if dropped:
             self._count["events_dropped_at_receiver"] += dropped
-            self._count["bytes_dropped_at_receiver"] += size * dropped // max(1, len(message.events))
+            self._count["bytes_dropped_at_receiver"] += size * dropped // max(1, count)
         return out
 
-    def _feed(self, sub: LocalSubscription, event: tuple[Value, ...]) -> list[Output]:
+    def _feed(self, sub: LocalSubscription, event: tuple[Value, ...], stamp: Stamp = (0, 0)) -> list[Output]:
         if sub.state is None:
             sub.delivered += 1
             return [Deliver(sub.sub_id, event)]
         if sub.phase is Phase.WAITING_CUT:
             return []  # before our cut: the state we will be given holds it
         if sub.phase is Phase.BUFFERING:
-            sub.buffer.append(event)
+            sub.buffer.append((stamp, event))
             return []
+        if sub.perkey and stamp[1] <= sub.cut.get(stamp[0], 0):
+            return []  # within the cut we were given: the rows hold it
         sub.delivered += 1
         return self._apply(sub, event)
 
@@ -475,17 +694,22 @@ class FlowEngine:
         keeper can answer it; otherwise wait for one. A keeper that sees no
         other keeper buffers from now on, to start alone if none appears."""
         self._counter += 1
-        sub.nonce, sub.asked_at, sub.buffer, sub.early = f"{self.me}:{self._counter}", now, [], None
+        sub.nonce, sub.asked_at, sub.early = f"{self.me}:{self._counter}", now, None
+        if not sub.perkey:
+            sub.buffer = []  # total order: the buffer starts at the cut
         served = self._serve_locally(sub)
         if served is not None:
             return served
-        if not self._other_keepers(self.groups[sub.group]):
+        group = self.groups[sub.group]
+        if not self._other_keepers(group):
             sub.requested = False
-            sub.phase = Phase.BUFFERING if sub.keeper else Phase.WAITING_CUT
+            sub.phase = Phase.BUFFERING if sub.keeper or sub.perkey else Phase.WAITING_CUT
             return []
-        sub.requested, sub.phase = True, Phase.WAITING_CUT
+        # Per-key: buffer from now on; the keeper answers once it has what we delivered so far.
+        sub.requested, sub.phase = True, Phase.BUFFERING if sub.perkey else Phase.WAITING_CUT
         s0 = None if sub.s0 is None else tuple(sorted(sub.s0.items()))
-        request = wire.Request(sub.nonce, sub.compiled.space, sub.compiled.text, s0)
+        vector = tuple(sorted(group.delivered.items())) if sub.perkey else None
+        request = wire.Request(sub.nonce, sub.compiled.space, sub.compiled.text, s0, vector)
         return [Multicast(sub.group, wire.encode(request))]
 
     def _serve_locally(self, sub: LocalSubscription) -> list[Output] | None:
@@ -528,6 +752,27 @@ class FlowEngine:
             return []
         if any(k < self.me for k in self._other_keepers(group) if k != sender):
             return []  # a keeper with a lower id answers
+        if group.perkey and not covers(mine.vector, dict(request.vector or ())):
+            group.deferred.append((sender, request))  # its sender delivered messages we have not applied yet
+            return []
+        return self._send_answer(group, sender, mine, request)
+
+    def _answer_deferred(self, group: _Group, *, force: bool) -> list[Output]:
+        """Answer the deferred requests we can now; all of them at a view change
+        (what we lack then, virtual synchrony says we never get)."""
+        out: list[Output] = []
+        waiting, group.deferred = group.deferred, []
+        for sender, request in waiting:
+            mine = self._keeper_sub(request.space)
+            if mine is None or sender not in group.view:
+                continue
+            if force or covers(mine.vector, dict(request.vector or ())):
+                out += self._send_answer(group, sender, mine, request)
+            else:
+                group.deferred.append((sender, request))
+        return out
+
+    def _send_answer(self, group: _Group, sender: int, mine: LocalSubscription, request: wire.Request) -> list[Output]:
         try:
             answer = self._answer(mine, request)
         except (FlowError, UsageError):
@@ -547,13 +792,14 @@ class FlowEngine:
         target = mine.state.collapse.target
         key_part = _key_predicate(wanted, self.graph)
         goal = {k: r for k, r in mine.state.rows.items() if key_part(dict(zip(target.key_names, k)))}
+        cut = tuple(sorted(mine.vector.items())) if mine.perkey else None
         if request.s0 is None or mine.state.collapse.has_windows:
             # a window is the key's last W events: no sequence shorter than those rebuilds it, the rows are shorter
-            return wire.Snapshot(request.nonce, request.space, tuple(sorted(goal.items())))
+            return wire.Snapshot(request.nonce, request.space, tuple(sorted(goal.items())), cut)
         s0 = {tuple(k): tuple(r) for k, r in request.s0}
         expander = self._expander(request.space, mine.state.collapse)
         expansion = expander.expand(s0, goal)
-        return wire.Expansion(request.nonce, request.space, expansion.events)
+        return wire.Expansion(request.nonce, request.space, expansion.events, cut)
 
     def _at_own_cut(self, group: _Group, request: wire.Request) -> list[Output]:
         sub = next((s for s in self.subs.values() if s.nonce == request.nonce), None)
@@ -594,14 +840,21 @@ class FlowEngine:
         except (FlowError, IndexError, TypeError, ValueError):
             self._count["garbage"] += 1
             return []
-        return self._go_live(sub, rows)
+        return self._go_live(sub, rows, dict(answer.cut or ()))
 
-    def _go_live(self, sub: LocalSubscription, rows: dict[Key, Row]) -> list[Output]:
+    def _go_live(self, sub: LocalSubscription, rows: dict[Key, Row], cut: Vector | None = None) -> list[Output]:
+        """Install ``rows`` and apply the buffer after the cut (per-key: the
+        buffered events whose message lies beyond ``cut``)."""
         assert sub.state is not None
         sub.state.rows = dict(rows)
         buffer, sub.buffer, sub.phase = sub.buffer, [], Phase.LIVE
+        if sub.perkey:
+            cut = cut or {}
+            buffer = [(stamp, e) for stamp, e in buffer if stamp[1] > cut.get(stamp[0], 0)]
+            sub.vector = merged(cut, self.groups[sub.group].delivered)
+            sub.cut = cut
         out: list[Output] = [Ready(sub.sub_id)]
-        for event in buffer:  # after the cut: as if live (an expanded history starts at the cut)
+        for _, event in buffer:  # after the cut: as if live (an expanded history starts at the cut)
             out += [o for o in self._apply(sub, event) if not isinstance(o, Persist)]
         sub.delivered += len(buffer)
         sub.dirty |= set(sub.state.rows)

@@ -26,11 +26,13 @@ expands into an Alarms space, ``[i, d] -> <i: d>``, that consumers select
 ``drop > 20`` from. Each change of those columns is one event of the history;
 a change elsewhere in the row (the window moving) is none.
 
-Order: ``order_for(root)`` chooses the sgcs order of
-the group that carries a root: a collapse downstream distinguishes the order
-of events per key, and events of one key may come from several publishers;
-sgcs has no per-key order, so that group is TOTAL. Otherwise (selects and
-transforms are per event) FIFO is enough.
+Order: ``order_for(root)`` chooses the order of the group that carries a
+root (``perkey.py``). A collapse downstream distinguishes the order of events
+per key, not across keys (the paper's region 4), so where every state below
+the root keys the root's events alike the group uses *per-key* order: FIFO in
+sgcs, each key's events multicast by one owner. Otherwise (two keyings, a
+state fed through an expand, or ``require_total_order``) it is TOTAL; with no
+state downstream (selects and transforms are per event) FIFO is enough.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ from typing import Any, Iterable, Literal, Union
 
 from . import window as windows
 from .collapse import Collapse
-from .rules import Select, Transform
+from .rules import Select, Transform, fold, r3_compose, substitute
 from .schema import DEFAULT_FUNCTIONS, EventSchema, Functions, StateSchema
-from .syntax import FlowError
+from .syntax import FlowError, Node, render
 
 ArcKind = Literal["select", "transform", "collapse", "expand"]
+Order = Literal["perkey", "total", "fifo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,12 @@ class FlowGraph:
         self.functions = functions
         self.spaces: dict[str, Space] = {}
         self.arcs: list[Arc] = []
+        self.total_order_spaces: set[str] = set()
+        """Spaces whose subscribers need one order across keys (``require_total_order``)."""
+        self.total_everywhere = False
+        """``require_total_order()`` without spaces: every group is TOTAL where it has a state."""
+        self.per_key_allowed = False
+        """``allow_per_key_order()``: groups whose states all key their events alike use per-key order."""
 
     # --- declaring ---------------------------------------------------------------------
 
@@ -179,6 +188,26 @@ class FlowGraph:
             raise FlowError(f"flows: arc {arc.source} -> {arc.target} closes a cycle; the graph must be acyclic")
         return arc
 
+    def require_total_order(self, *spaces: str) -> None:
+        """Deliver the events that reach ``spaces`` (default: every space) in
+        one total order, even where per-key order would do: for subscribers
+        of a history who compare events across keys. Every member must hold
+        the same graph, this included (it is part of the fingerprint)."""
+        for name in spaces:
+            self._space(name)
+        self.total_order_spaces |= set(spaces)
+        self.total_everywhere = self.total_everywhere or not spaces
+
+    def allow_per_key_order(self) -> None:
+        """Let a group whose states all key their events alike run in per-key
+        order instead of one total order (``perkey.py``). It is cheaper where
+        total order is costly (large views, where its promises go by gossip:
+        11.5x the throughput measured there); at a few members total order
+        costs about one hop and is the faster. History subscribers below such
+        a root then see events in per-key order only. Off by default; every
+        member must hold the same graph, this included (the fingerprint)."""
+        self.per_key_allowed = True
+
     # --- queries -------------------------------------------------------------------------
 
     def out_arcs(self, name: str) -> list[Arc]:
@@ -259,15 +288,15 @@ class FlowGraph:
                     todo.append(arc.target)
         return seen
 
-    def order_for(self, root: str, *, subscribed_states: Iterable[str] = ()) -> tuple[str, str]:
-        """(``"total"`` or ``"fifo"``, why) for the group carrying ``root``."""
-        below = self.downstream(root) | {root}
-        states = [n for n in below if isinstance(self.spaces[n], StateSpace)]
-        if states:
-            return "total", f"collapse into {', '.join(sorted(states))} distinguishes order per key"
-        if set(subscribed_states) & below:
-            return "total", "a subscribed state needs one order for its state transfer"
-        return "fifo", "only selects and transforms downstream: per-event, any order per publisher"
+    def order_for(self, root: str) -> tuple[str, str]:
+        """(``"perkey"``, ``"total"`` or ``"fifo"``, why) for the group carrying ``root``."""
+        analysis = self.order_analysis(root)
+        return analysis.order, analysis.reason
+
+    def order_analysis(self, root: str) -> "OrderAnalysis":
+        """The cheapest order under which every replica of every state fed by
+        ``root`` reaches the same rows, why, and the partition key (``perkey.py``)."""
+        return _analyse(self, root)
 
     def __repr__(self) -> str:
         arcs = "; ".join(f"{a.source} -{a.kind}-> {a.target}: "
@@ -306,7 +335,9 @@ class FlowGraph:
         text = repr(sorted((n, str(s.schema)) for n, s in self.spaces.items())) + repr(
             [(a.kind, a.source, a.target, a.select.text if a.select else a.transform.text if a.transform
               else a.collapse.describe() if a.collapse else "") for a in self.arcs]) + repr(
-            [str(a.collapse.target) for a in self.arcs if a.kind == "expand" and a.collapse])
+            [str(a.collapse.target) for a in self.arcs if a.kind == "expand" and a.collapse]) + repr(
+            sorted(self.total_order_spaces)) + ("total" if self.total_everywhere else "") + (
+            "perkey" if self.per_key_allowed else "")
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # --- TOML ----------------------------------------------------------------------------
@@ -323,8 +354,100 @@ class FlowGraph:
             _add_space(graph, name, spec)
         for index, spec in enumerate(data.get("arcs", [])):
             _add_arc(graph, index, spec)
+        _add_total_order(graph, data.get("total_order", False))
+        per_key = data.get("per_key_order", False)
+        if not isinstance(per_key, bool):
+            raise FlowError("flows: TOML: per_key_order is true or false")
+        if per_key:
+            graph.allow_per_key_order()
         graph.validate()
         return graph
+
+
+# --- order: per key or total (perkey.py) ---------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class OrderAnalysis:
+    """The order a root's group needs, and why (one line)."""
+
+    order: Order
+    reason: str
+    key: tuple[Node, ...] = ()
+    """For ``perkey``: the partition key, as expressions over the root's fields."""
+
+
+def _analyse(graph: "FlowGraph", root: str) -> OrderAnalysis:
+    """The cheapest order under which every replica of every state fed by
+    ``root`` reaches the same rows (perkey.py explains when and how)."""
+    below = graph.downstream(root) | {root}
+    states = sorted(n for n in below if isinstance(graph.spaces[n], StateSpace))
+    if not states:
+        return OrderAnalysis("fifo", "only selects and transforms downstream: per event, any order per publisher")
+    forced = sorted(n for n in below if n in graph.total_order_spaces or graph.total_everywhere)
+    if forced:
+        return OrderAnalysis("total", f"a total order is required for {', '.join(forced)}")
+    expanded = sorted(s for s in states if _fed_through_expand(graph, root, s))
+    if expanded:
+        return OrderAnalysis("total", f"state {expanded[0]} is fed through an expand, whose events' order across the"
+                                 f" keys of its state differs per member without a total order")
+    keys: dict[tuple[str, ...], str] = {}
+    found: tuple[Node, ...] = ()
+    for state in states:
+        for composed in _keys_over_root(graph, root, state):
+            text = tuple(render(k) for k in composed)
+            keys.setdefault(text, state)
+            found = composed
+    if len(keys) > 1:
+        (a, sa), (b, sb) = sorted(keys.items())[:2]
+        return OrderAnalysis("total", f"{root} events are keyed differently by {sa} ({', '.join(a)}) and {sb}"
+                                 f" ({', '.join(b)}): one event would need two owners")
+    why = f"every state below {root} ({', '.join(states)}) keys its events by {', '.join(render(k) for k in found)}"
+    if not graph.per_key_allowed:
+        return OrderAnalysis("total", f"{why}: per-key order would suffice, but total order is the default"
+                                      f" (allow_per_key_order, or per_key_order = true)")
+    return OrderAnalysis("perkey", f"{why}: per-key order suffices", found)
+
+
+def _fed_through_expand(graph: "FlowGraph", root: str, state: str) -> bool:
+    """``state`` is reached from ``root`` only through some expand arc."""
+    direct = {root} | _history_reach(graph, root)
+    collapse = next(a for a in graph.in_arcs(state) if a.kind == "collapse")
+    return collapse.source not in direct
+
+
+def _history_reach(graph: "FlowGraph", space: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [space]
+    while todo:
+        for arc in graph.out_arcs(todo.pop()):
+            if arc.kind in ("select", "transform") and arc.target not in seen:
+                seen.add(arc.target)
+                todo.append(arc.target)
+    return seen
+
+
+def _keys_over_root(graph: "FlowGraph", root: str, state: str) -> list[tuple[Node, ...]]:
+    """The state's key, rewritten into ``root``'s fields (R3 along each path), once per path."""
+    collapse = graph.collapse_of(state)
+    source = next(a.source for a in graph.in_arcs(state) if a.kind == "collapse")
+    space = graph.spaces[root]
+    assert collapse is not None and isinstance(space, History)
+    out = []
+    for transform in _transforms_to(graph, root, source, Transform.identity(space.schema)):
+        mapping = transform.mapping()
+        out.append(tuple(fold(substitute(k, mapping), graph.functions) for k in collapse.key_exprs))
+    return out
+
+
+def _transforms_to(graph: "FlowGraph", here: str, target: str, so_far: Transform) -> list[Transform]:
+    """The composed transform of every select/transform path from ``here`` to ``target``."""
+    found = [so_far] if here == target else []
+    for arc in graph.out_arcs(here):
+        if arc.kind == "select":
+            found += _transforms_to(graph, arc.target, target, so_far)
+        elif arc.kind == "transform" and arc.transform is not None:
+            found += _transforms_to(graph, arc.target, target, r3_compose(so_far, arc.transform, graph.functions))
+    return found
 
 
 def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -361,6 +484,16 @@ def _add_arc(graph: FlowGraph, index: int, spec: Any) -> None:
         graph.collapse(source, target, [str(r) for r in rules] if isinstance(rules, list) else str(rules))
     else:
         _add_expand(graph, index, source, target, spec)
+
+
+def _add_total_order(graph: FlowGraph, value: Any) -> None:
+    """``total_order = true`` (every space) or a list of spaces."""
+    if value is True:
+        graph.require_total_order()
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        graph.require_total_order(*value)
+    elif value is not False:
+        raise FlowError("flows: TOML: total_order is true, false or a list of space names")
 
 
 def _add_expand(graph: FlowGraph, index: int, source: str, target: str, spec: dict[str, Any]) -> None:

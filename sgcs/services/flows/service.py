@@ -3,8 +3,12 @@
 Theory of operation (content-based delivery, state transfer for joiners and
 durable subscriptions; docs/flows.md): one ``FlowService`` per
 node joins the sgcs group of each root group of the graph, with the order the
-graph asks for (``FlowGraph.order_for``: TOTAL where a collapse is
-downstream). A receive task per group hands each batch of deliveries and
+graph asks for (``FlowGraph.order_for``: FIFO with per-key owners where every
+state downstream keys the events alike, TOTAL where a state needs more, FIFO
+where no state is downstream). In a per-key group a publication waits for the
+engine's ``Settled`` (its events may travel through their owners), and a
+keyed multicast that sgcs rolls back or does not deliver is handed back to
+the engine (``on_lost``) to be routed again. A receive task per group hands each batch of deliveries and
 views to the engine, stores the durable rows the batch changed (SQLite,
 ``store.py``), then hands the engine's outputs on: events to the
 subscriptions' queues, messages to a transmit task. Sending goes through that
@@ -41,7 +45,7 @@ from ..tasks import background
 from .collapse import Key, Row
 from .conflate import DeliveryQueue, key_of
 from .engine import Deliver, FlowEngine, FlowStatistics, LocalSubscription, Multicast, Output, Persist, Phase, Ready, \
-    Unicast
+    Settled, Unicast
 from .graph import FlowGraph
 from .store import FlowStore
 from .syntax import Value
@@ -141,6 +145,10 @@ class FlowService:
         self._outgoing_send, self._outgoing = trio.open_memory_channel[Multicast | Unicast](OUTGOING_MAX)
         self._own: dict[tuple[str, int], _OwnMessage] = {}
         """Published messages awaiting their outcome here, by (group, seq)."""
+        self._tickets: dict[int, tuple[str, _OwnMessage]] = {}
+        """Per-key publications awaiting ``Settled``, by ticket: (group, waiter)."""
+        self._keyed: dict[tuple[str, int], tuple[int, int, int]] = {}
+        """Our keyed multicasts awaiting their outcome, by (group, seq): their (origin, ticket, part)."""
         self.unroutable = 0
 
     # --- the API ------------------------------------------------------------------------------
@@ -153,7 +161,10 @@ class FlowService:
         :class:`NotPublished` if sgcs reports they will not be delivered here
         (a view change left them out; see ``sgcs.NotDelivered``). Without, it
         returns once they are queued for sending."""
-        outputs = self.engine.publish(root, list(events))
+        ticket, outputs = self.engine.publish_ticket(root, list(events))
+        if ticket is not None:
+            await self._publish_keyed(root, ticket, outputs, wait)
+            return
         if not wait:
             await self._run(outputs)
             return
@@ -167,6 +178,22 @@ class FlowService:
             if own.failure is not None:
                 raise NotPublished(f"flows: events published into {root!r} were not delivered ({own.failure}); "
                                    "publish them again if they still matter")
+
+    async def _publish_keyed(self, root: str, ticket: int, outputs: list[Output], wait: bool) -> None:
+        """A per-key publication: its multicasts and forwards go through the
+        transmit task, in order with the owner's other multicasts; it is done
+        when the engine says every event was applied here."""
+        own = _OwnMessage()
+        group = self.engine.groups[self.engine.group_of_root(root)].name
+        if wait:
+            self._tickets[ticket] = (group, own)
+        await self._run(outputs)
+        if not wait:
+            return
+        await own.done.wait()
+        if own.failure is not None:
+            raise NotPublished(f"flows: events published into {root!r} were not all delivered ({own.failure}); "
+                               "publish them again if they still matter")
 
     async def subscribe(self, space: str, predicate: str = "true", *, durable: bool = False,
                         conflate: str | Sequence[str] | None = None, behind: int = BEHIND) -> FlowSubscription:
@@ -215,6 +242,10 @@ class FlowService:
                     handle._ready.set()
             elif isinstance(output, Persist):
                 persist.add(output.sub_id)
+            elif isinstance(output, Settled):
+                waiting = self._tickets.pop(output.ticket, None)
+                if waiting is not None:
+                    waiting[1].end()
         for sub_id in sorted(persist):
             self._persist(sub_id)
 
@@ -232,33 +263,48 @@ class FlowService:
                 for (group_name, _), waiting in list(self._own.items()):
                     if group_name == name:
                         waiting.end("the group was closed")
+                for ticket, (group_name, waiting) in list(self._tickets.items()):
+                    if group_name == name:
+                        waiting.end("the group was closed")
                 return
             out: list[Output] = []
             ended: list[tuple[tuple[str, int], str | None]] = []
             now = trio.current_time()
             for event in events:
                 if isinstance(event, sgcs.Delivery):
-                    out += self.engine.on_delivery(name, event.sender, event.payload, now)
+                    out += self.engine.on_delivery(name, event.sender, event.payload, now, event.seq)
                     if event.sender == self.node.id and event.dest is None:
                         ended.append(((name, event.seq), None))
+                        self._keyed.pop((name, event.seq), None)
                 elif isinstance(event, sgcs.ViewChange):
                     out += self.engine.on_view(name, event.members)
                 elif isinstance(event, sgcs.NotDelivered) and event.to is None:
                     ended.append(((name, event.message.seq), event.reason))
+                    out += self._lost(name, event.message.seq)
                 elif isinstance(event, sgcs.Rollback):
-                    ended += [((name, seq), "rolled back") for sender, seq in event.messages if sender == self.node.id]
+                    mine = [seq for sender, seq in event.messages if sender == self.node.id]
+                    ended += [((name, seq), "rolled back") for seq in mine]
+                    for seq in mine:
+                        out += self._lost(name, seq)
             await self._run(out)
             for key, failure in ended:  # after the engine applied them: the caller's reads see its events
                 own = self._own.pop(key, None)
                 if own is not None:
                     own.end(failure)
 
+    def _lost(self, group: str, seq: int) -> list[Output]:
+        """A keyed multicast of ours that sgcs will not deliver: back to the engine."""
+        tag = self._keyed.pop((group, seq), None)
+        return self.engine.on_lost(group, tag) if tag is not None else []
+
     async def _transmit_loop(self) -> None:
         async for message in self._outgoing:
             group = self._groups[message.group]
             try:
                 if isinstance(message, Multicast):
-                    await group.send(message.payload)
+                    sent = await group.send(message.payload)
+                    if message.tag is not None:  # no checkpoint since send: its outcome comes after this
+                        self._keyed[(message.group, sent.seq)] = message.tag
                 else:
                     await group.send(message.payload, to=message.member)
             except UsageError:
