@@ -44,8 +44,8 @@ Measured:
    (not rounded up) for N not a power of 2, and a quiet member among members
    that all multicast once per round (``multicasters``: each calls
    ``note_multicast``, as ``Node.multicast`` does for a node in one group, and
-   its multicast reaches every other node's ``heard``), which makes them send
-   only the news in their tables instead of their gossip rounds.
+   its multicast reaches every other node's ``heard``), which makes them skip
+   their gossip rounds.
 4. Bimodal reliability of plain gossip (Bimodal Multicast): for each message,
    the fraction of the group's other members that delivered it within D
    seconds of its send, for several D and at the end of the run (see
@@ -250,11 +250,9 @@ def render(results: dict[str, Any]) -> str:
         rows.append(("3c", f"heartbeats while the application multicasts (N={quiet[0]['n']}, no loss, every member "
                            "but node 0 multicasts once per round, node 0 never)",
                      "a live member is not suspected",
-                     f"**{text}**. A member that multicast within the last gossip interval sends, instead of "
-                     f"its whole table, only the counters that rose in it within the last ceil(log2 N) rounds "
-                     f"(nothing when none did), so busy members relay a quiet member's heartbeat. Whole nodes, "
-                     f"300 of them, half busy, 1% loss, 60 s: `.venv/bin/python benchmarks/claims_sim.py quiet`",
-                     f"`{cmd} --only 3`"))
+                     f"**{text}**. A member that multicast within the last gossip interval skips its gossip "
+                     f"round, so it relays no one's counters: a quiet member's heartbeat stops at its hypercube "
+                     f"targets", f"`{cmd} --only 3`"))
     if bimodal:
         for r in bimodal:
             d_end = r["by_deadline"]["end"]["all"]

@@ -18,13 +18,6 @@ of ``claims_fd.py`` drives the failure detectors alone.
   sender-side loss, the whole first multicast failing, comes from a
   ``Simulator`` subclass (``_sender_loss_simulator``) that ``run_sim``
   installs for the run. See ``claim_bimodal`` for the configurations and why.
-* ``busy_half_sim`` (claim 3c, and ``python benchmarks/claims_sim.py quiet``):
-  a seeded random half of the members multicasts about once per gossip round,
-  the other half never (a ``Simulator`` subclass, ``_busy_half_simulator``,
-  draws each sender from the busy half), on
-  ``simulations/scenarios/quiet-members-*.toml``: false suspicions of quiet
-  and busy members, heartbeat bytes per member, and, with faults, crash and
-  partition detection times.
 """
 
 from __future__ import annotations
@@ -38,12 +31,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-if __name__ == "__main__":  # run as a script: the repository (benchmarks, simulations) goes on the path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.claims_fd import GOSSIP, dimensions  # noqa: E402
-from benchmarks.claims_plan import Plan  # noqa: E402
-from sgcs.wire import MsgType  # noqa: E402
+from benchmarks.claims_fd import GOSSIP, dimensions
+from benchmarks.claims_plan import Plan
+from sgcs.wire import MsgType
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "simulations" / "scenarios"
 
@@ -274,142 +264,3 @@ def run_sim(scenario: Any, out: Path, sender_loss: float = 0.0) -> tuple[dict[st
         raise RuntimeError("the sender-side loss dropped nothing: did Simulator._multicast change? "
                            "(benchmarks/claims_sim.py overrides it)")
     return summary.to_json(), list(cls.dropped) if cls is not None else []
-
-
-QUIET_SCENARIO = SCENARIOS / "quiet-members-300.toml"
-
-
-def busy_half(seed: int, nodes: int) -> frozenset[int]:
-    """The members that multicast in a ``busy_half_sim`` run: a random half, drawn from the seed."""
-    return frozenset(random.Random(f"{seed}:busy-half").sample(range(nodes), nodes // 2))
-
-
-def _busy_half_simulator(busy: frozenset[int]) -> type:
-    """A ``Simulator`` whose application multicasts are sent by ``busy`` members
-    only (the scenario format draws each sender from every member)."""
-    from sgcs.sim.engine import APP
-    from sgcs.sim.simulator import Simulator
-
-    class BusyHalfSimulator(Simulator):
-        def _app(self, t: float, _: int, group: Any, __: Any) -> None:
-            self.engine.schedule(t + group.rng.expovariate(group.spec.rate), APP, -1, group)
-            senders = [s for s in group.senders(self.paused_until, t) if s in busy]
-            if senders:
-                src = senders[group.rng.randrange(len(senders))]
-                if self.owns(src):
-                    self._send_or_hold(src, group, t, 1)
-
-    return BusyHalfSimulator
-
-
-def busy_half_sim(out: Path, scenario_path: Path = QUIET_SCENARIO, *, nodes: int | None = None,
-                  duration: float | None = None, loss: float | None = None, seed: int | None = None
-                  ) -> dict[str, Any]:
-    """Run a scenario (by default ``quiet-members-300.toml``: 300 nodes, 1% loss,
-    60 s, 1,500 messages a second group-wide) with a seeded random half of the
-    members multicasting (``busy_half``; each busy member about once per gossip
-    round) and the other half never. Reports the suspect rows after a warm-up
-    and before the first fault (all false), split by whether the suspected
-    member is quiet or busy, views that lost a live member, the heartbeat bytes
-    per member per second (``net`` table, until the first fault), and for a
-    scenario with faults the crash and partition detection figures."""
-    import tomllib
-
-    import pyarrow.parquet as pq
-    import sgcs.sim.run as sim_run
-    from benchmarks.membership import measure
-    from sgcs.sim.scenario import build_scenario
-
-    raw = tomllib.loads(scenario_path.read_text())
-    if nodes is not None:  # the same load per busy member: about one multicast per gossip round
-        raw["groups"][0]["rate"] = raw["groups"][0]["rate"] * nodes / raw["nodes"]
-    for key, value in (("nodes", nodes), ("duration", duration), ("seed", seed)):
-        if value is not None:
-            raw[key] = value
-    if loss is not None:
-        raw["network"]["loss"] = loss
-    scenario = build_scenario(raw, str(scenario_path))
-    n = scenario.nodes
-    busy = busy_half(scenario.seed, n)
-    original = sim_run.Simulator
-    sim_run.Simulator = _busy_half_simulator(busy)
-    try:
-        summary = sim_run.simulate(scenario, out, progress=False)
-    finally:
-        sim_run.Simulator = original
-    faults = [float(f["at"]) for f in raw.get("faults", [])]
-    calm_until = min(faults + [scenario.duration])
-    events = pq.read_table(out / "events", columns=["t", "node", "kind", "target", "members", "optimistic"]
-                           ).to_pandas()
-    warm = 3 * dimensions(n) * GOSSIP + 1.0
-    observed = calm_until - warm
-    suspects = events[(events["kind"] == "suspect") & (events["t"] >= warm) & (events["t"] < calm_until)]
-    of_busy = int(suspects["target"].isin(list(busy)).sum())
-    net = pq.read_table(out / "net", columns=["t", "node", "msg_type", "sent_bytes"]).to_pandas()
-    beats = net[(net["msg_type"] == "heartbeat") & (net["t"] >= warm - 1e-9) & (net["t"] < calm_until)]
-    busy_rows = beats["node"].isin(list(busy))
-    result: dict[str, Any] = {
-        "n": n, "busy": len(busy), "loss": scenario.network.loss, "duration": scenario.duration,
-        "warm_up": warm, "observed": observed, "suspects": int(len(suspects)),
-        "suspects_of_quiet": int(len(suspects)) - of_busy, "suspects_of_busy": of_busy,
-        "per_observer_per_s": len(suspects) / ((n - 1) * observed),
-        "heartbeat_bytes_per_member_s": {
-            "quiet": float(beats[~busy_rows]["sent_bytes"].sum()) / ((n - len(busy)) * observed),
-            "busy": float(beats[busy_rows]["sent_bytes"].sum()) / (len(busy) * observed)},
-        "sends": summary.sends, "wall": summary.wall_seconds,
-        "command": f".venv/bin/python benchmarks/claims_sim.py quiet --scenario {scenario_path.name} --nodes {n} "
-                   f"--duration {scenario.duration:g} --loss {scenario.network.loss:g}"}
-    membership = measure(out)
-    result["live_exclusions"] = membership["false_positives"]["live_exclusions"]
-    result["crashes"] = [{**c, "busy": c["node"] in busy} for c in membership["crashes"]]
-    result["partitions"] = [_partition_detection(events, float(f["at"]), f["partition"])
-                            for f in raw.get("faults", []) if "partition" in f]
-    return result
-
-
-def _partition_detection(events: Any, at: float, sides: list[list[int]]) -> dict[str, Any]:
-    """From a partition at ``at``: the first suspicion across the cut, and per
-    node the time until it installed a view holding no member of the other
-    side (median and max over the nodes, and how many never did)."""
-    side_of = {node: i for i, side in enumerate(sides) for node in side}
-    after = events[events["t"] >= at]
-    across = after[(after["kind"] == "suspect")
-                   & (after["node"].map(side_of) != after["target"].map(side_of))]
-    views = after[(after["kind"] == "view") & (after["optimistic"] != True)]  # noqa: E712
-    delays = []
-    for node, side in side_of.items():
-        mine = views[views["node"] == node]
-        apart = [t for t, members in zip(mine["t"], mine["members"])
-                 if all(side_of.get(int(m), side) == side for m in members)]
-        if apart:
-            delays.append(min(apart) - at)
-    return {"at": at, "first_suspicion_s": float(across["t"].min() - at) if len(across) else None,
-            "split_median_s": float(np.median(delays)) if delays else None,
-            "split_max_s": max(delays) if delays else None, "never_split": len(side_of) - len(delays)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import tempfile
-
-    parser = argparse.ArgumentParser(description="Whole-node claim checks in the simulator. 'quiet': a random "
-                                                 "half of the members multicasts, the other half never (claim 3c).")
-    parser.add_argument("check", choices=("quiet",))
-    parser.add_argument("--scenario", type=Path, default=QUIET_SCENARIO,
-                        help="scenario file (default: simulations/scenarios/quiet-members-300.toml)")
-    parser.add_argument("--nodes", type=int, default=None, help="default: the scenario's")
-    parser.add_argument("--duration", type=float, default=None, help="simulated seconds (default: the scenario's)")
-    parser.add_argument("--loss", type=float, default=None, help="per datagram per receiver (default: the scenario's)")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--keep", type=Path, default=None, help="keep the trace in this directory")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="sgcs-quiet-") as tmp:
-        out = args.keep if args.keep is not None else Path(tmp) / "run"
-        result = busy_half_sim(out, args.scenario, nodes=args.nodes, duration=args.duration, loss=args.loss,
-                               seed=args.seed)
-    print(json.dumps(result, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,7 +14,7 @@ wire's ``decode_*_untrusted``) after a latency, with an optional independent
 loss per datagram, hands it to ``on_heartbeat`` / ``on_probe`` / ``on_ask`` /
 ``on_ask_reply`` and then, as ``Node.handle_datagram`` does, to ``heard``.
 There is no application traffic unless ``multicasters`` are given (claim 3c),
-so no round is under a multicast (where the detector sends only news).
+so no round is skipped for a multicast.
 
 Three timing models:
 
@@ -249,7 +249,7 @@ class FdHarness:
                 self._rearm(a)
             elif kind == _SAMPLE:
                 self._sample(t)
-            elif kind == _MULTICAST:  # as Node.multicast: the detector sends only news next round
+            elif kind == _MULTICAST:  # as Node.multicast: the detector skips its next gossip
                 self.dets[a].note_multicast(t)
                 self._push(t + LATENCY, _HEARD, a)
             else:  # the multicast reached the others: direct evidence (Node.handle_datagram)

@@ -21,23 +21,10 @@ three-stage survival signal).
   list (every member of one view, once it is installed everywhere) merge the
   roster form by position; a receiver whose list differs (a change is being
   installed) cannot place the counters and takes only the sender's own
-  evidence from it (``mismatched``), which the pairs form never loses.
-* **Heartbeats and application multicasts.** Any authenticated datagram from
-  a member is direct evidence that it lives, so an application multicast
-  carries its sender's heartbeat to every receiver (the paper, section 4.1,
-  piggybacks the gossip list on application multicasts; here the list does not
-  fit beside the payload once N is in the hundreds, so only the sender's own
-  heartbeat rides on it). In a round less than ``gossip_interval`` after our
-  last multicast we therefore do not raise our own counter, and we send only
-  *news*: the span of positions whose counters rose in our table (someone
-  else's heartbeat) within the last ceil(log2 N) rounds, one round per
-  hypercube dimension, as a partial table; with no news, nothing. So a group
-  in which every member multicasts every round sends no heartbeats, and the
-  heartbeat of a member that never multicasts is relayed by busy members as
-  in a group without traffic (skipping the round outright stranded it at its
-  hypercube targets: every other member suspected it about once a second).
-  Our own counter stays under a multicast because a raised one would be news
-  that busy members passed to each other forever.
+  evidence from it (``mismatched``), which the pairs form never loses. Any authenticated datagram from a member is direct
+  evidence that it lives, so an application multicast carries its sender's
+  heartbeat to every receiver: a round in which we multicast sends no
+  separate gossip.
 * **Suspicion.** A member whose counter has not risen, and from which nothing
   arrived, for ``suspect_timeout = suspect_factor * max(suspect_min_rounds,
   ceil(log2 N)) * gossip_interval`` is suspected (``Params.suspect_timeout``).
@@ -218,11 +205,6 @@ class FailureDetector:
         self._round = 0
         self._next_round = now + params.gossip_interval * rng.random()
         self._last_multicast = -math.inf
-        self._news: list[tuple[int, int, int]] = []
-        """(round, first, last): in that round (as counted before it), the
-        counters at positions first .. last - 1 rose (someone else's news). A
-        round under a multicast sends the news of the last ceil(log2 N) rounds
-        and nothing else, so that news goes on along every hypercube dimension."""
         self._counts = dict.fromkeys(("rounds", "sent", "skipped", "suspicions", "refuted", "busy", "failures",
                                       "mismatched", "told"), 0)
         self._watched = np.zeros(0, dtype=np.intp)
@@ -242,7 +224,6 @@ class FailureDetector:
         watched_before = set(self._watched_ids())
         self._roster_tag = roster.tag
         ids = roster.ids
-        self._news = []  # positions moved; news keeps coming in the new ones
         counters = np.zeros(len(ids), dtype=np.uint16)
         heard_at = np.full(len(ids), self._ms(now), dtype=np.int32)
         # a newcomer's heartbeat needs log2 N rounds to reach us: one timeout of grace
@@ -399,11 +380,8 @@ class FailureDetector:
         me = self._index[self.me]
         if start <= me < end:
             rose[me - start] = False  # only we raise our own counter
-        first = int(rose.argmax())  # the first and last that rose: argmax stops at the first True
-        if rose[first]:
-            np.copyto(mine, theirs, where=rose)
-            np.copyto(self.heard_at[start:end], self._ms(now), where=rose)
-            self._note_news(start + first, end - int(rose[::-1].argmax()))
+        np.copyto(mine, theirs, where=rose)
+        np.copyto(self.heard_at[start:end], self._ms(now), where=rose)
 
     def _merge_scattered(self, members: np.ndarray, counters: np.ndarray, now: float) -> None:
         pos = np.minimum(np.searchsorted(self.ids, members), len(self.ids) - 1)
@@ -412,31 +390,8 @@ class FailureDetector:
         diff = (incoming - self.counters[pos]) & 0xFFFF
         rose = (diff > 0) & (diff < 0x8000)
         pos = pos[rose]
-        if len(pos):
-            self.counters[pos] += diff[rose].astype(np.uint16)
-            self.heard_at[pos] = self._ms(now)
-            self._note_news(int(pos.min()), int(pos.max()) + 1)
-
-    def _note_news(self, first: int, last: int) -> None:
-        """Counters at positions ``first`` .. ``last - 1`` rose: relayed for the
-        next ceil(log2 N) rounds, one per hypercube dimension, multicast or not
-        (a multicast carries only our own heartbeat)."""
-        news = self._news
-        if news and news[-1][0] == self._round:
-            _, before, after = news[-1]
-            news[-1] = (self._round, min(first, before), max(last, after))
-        else:
-            news.append((self._round, first, last))
-
-    def _news_span(self) -> tuple[int, int]:
-        """Positions [first, last) of the news of the last ceil(log2 N) rounds; (0, 0): none."""
-        oldest = self._round - max(1, math.ceil(math.log2(len(self.ids))))
-        news = self._news
-        while news and news[0][0] < oldest:
-            del news[0]
-        if not news:
-            return 0, 0
-        return min(first for _, first, _ in news), max(last for _, _, last in news)
+        self.counters[pos] += diff[rose].astype(np.uint16)
+        self.heard_at[pos] = self._ms(now)
 
     def on_probe(self, src: int, msg: Probe) -> list[FdOut]:
         """Answer a member that watches us; a node that left its groups stays
@@ -532,12 +487,7 @@ class FailureDetector:
 
     def _gossip_round(self, now: float) -> list[FdOut]:
         me = self._index[self.me]
-        # ring form: never quiet for a multicast, the heartbeat also relays the neighbourhood's counters
-        multicast = not self.params.ring_heartbeats and now - self._last_multicast < self.params.gossip_interval
-        if not multicast:
-            # under a multicast our counter stays: the multicast told everyone we live, and
-            # a raised counter would be news that busy members relayed to each other forever
-            self.counters[me] += np.uint16(1)
+        self.counters[me] += np.uint16(1)
         self.heard_at[me] = self._ms(now)
         self._rebase_if_due(now)
         self._round += 1
@@ -546,12 +496,10 @@ class FailureDetector:
         if n < 2:
             return []
         if self.params.ring_heartbeats:
+            # never skipped for a multicast: the heartbeat also relays the neighbourhood's counters
             return [self._ring_heartbeat(me, n)]
-        # under a multicast only news goes on (our own counter has not risen): the span of
-        # positions that rose, a few counters when few members are quiet
-        first, last = self._news_span() if multicast else (0, n)
-        if first == last:
-            self._counts["skipped"] += 1  # everyone heard us, and we have no one's news to pass on
+        if now - self._last_multicast < self.params.gossip_interval:
+            self._counts["skipped"] += 1
             return []
         dimensions = math.ceil(math.log2(n))
         # the dimension follows our own rounds: members share no clock, so
@@ -563,12 +511,11 @@ class FailureDetector:
         if self.params.roster_heartbeats:
             step = MAX_ROSTER_HEARTBEAT_ENTRIES
             return [FdSend(target, MsgType.HEARTBEAT_ROSTER,
-                           encode_roster_heartbeat(self._roster_tag, i, self.counters[i:min(i + step, last)]))
-                    for i in range(first, last, step)]
-        step = MAX_HEARTBEAT_ENTRIES
-        return [FdSend(target, MsgType.HEARTBEAT, encode_heartbeat(self.ids[i:min(i + step, last)],
-                                                                   self.counters[i:min(i + step, last)]))
-                for i in range(first, last, step)]
+                           encode_roster_heartbeat(self._roster_tag, i, self.counters[i:i + step]))
+                    for i in range(0, n, step)]
+        return [FdSend(target, MsgType.HEARTBEAT, encode_heartbeat(self.ids[i:i + MAX_HEARTBEAT_ENTRIES],
+                                                                   self.counters[i:i + MAX_HEARTBEAT_ENTRIES]))
+                for i in range(0, n, MAX_HEARTBEAT_ENTRIES)]
 
     def _ring_heartbeat(self, me: int, n: int) -> FdSend:
         """Our neighbourhood's counters to the successor at the round's distance."""
